@@ -1,0 +1,23 @@
+"""ICLR 2025 Explorer: entry point. Builds the navigation from engine/registry.py.
+
+Keep this file light: it runs on every page view and must not import torch.
+"""
+
+import streamlit as st
+
+from engine.registry import AREAS, PAPERS
+
+st.set_page_config(page_title="ICLR 2025 Explorer", page_icon=":material/science:", layout="wide")
+
+home = st.Page("pages/home.py", title="Home: all 38 papers", icon=":material/home:", default=True)
+sections: dict[str, list] = {"Explorer": [home]}
+for area in AREAS:
+    pages = [st.Page(p.page, title=p.title if len(p.title) < 48 else p.title[:46] + "…",
+                     icon=p.icon, url_path=p.url_path)
+             for p in PAPERS if p.area == area and p.built]
+    if pages:
+        sections[area] = pages
+
+nav = st.navigation(sections)
+st.sidebar.caption("ICLR 2025 Explorer · every number on a page is computed live.")
+nav.run()

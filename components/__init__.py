@@ -1,0 +1,1 @@
+"""Shared Streamlit UI pieces. Nothing here imports torch."""

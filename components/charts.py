@@ -1,0 +1,117 @@
+"""Plotly helpers with one theme for the whole app."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
+
+COLORS = ["#3b6fd8", "#e4572e", "#29a36a", "#9b5de5", "#f4a300", "#17becf", "#8c564b", "#e377c2"]
+DIVERGING = "RdBu_r"
+SEQUENTIAL = "Viridis"
+
+_template = go.layout.Template(pio.templates["plotly_white"])
+_template.layout.colorway = COLORS
+_template.layout.font = dict(family="Inter, Helvetica, Arial, sans-serif", size=13)
+_template.layout.margin = dict(l=50, r=20, t=50, b=45)
+_template.layout.title = dict(x=0.01, xanchor="left", font=dict(size=15))
+_template.layout.legend = dict(orientation="h", yanchor="bottom", y=1.02, x=0)
+pio.templates["explorer"] = _template
+TEMPLATE = "explorer"
+
+
+def themed(fig: go.Figure, title: str | None = None, height: int | None = None, **layout) -> go.Figure:
+    fig.update_layout(template=TEMPLATE, **layout)
+    if title is not None:
+        fig.update_layout(title=title)
+    if height is not None:
+        fig.update_layout(height=height)
+    return fig
+
+
+def lines(x, ys: dict[str, Sequence[float]], title: str = "", xlabel: str = "", ylabel: str = "",
+          log_y: bool = False, log_x: bool = False, bands: dict[str, tuple] | None = None,
+          height: int = 360, mode: str = "lines") -> go.Figure:
+    """Several named series over a shared x; optional (low, high) bands per series."""
+    fig = go.Figure()
+    for i, (name, y) in enumerate(ys.items()):
+        color = COLORS[i % len(COLORS)]
+        xs = x[name] if isinstance(x, dict) else x
+        if bands and name in bands:
+            lo, hi = bands[name]
+            fig.add_trace(go.Scatter(x=np.concatenate([xs, xs[::-1]]), y=np.concatenate([hi, lo[::-1]]),
+                                     fill="toself", line=dict(width=0), fillcolor=color, opacity=0.18,
+                                     hoverinfo="skip", showlegend=False))
+        fig.add_trace(go.Scatter(x=xs, y=y, name=name, mode=mode, line=dict(color=color, width=2)))
+    fig.update_xaxes(title=xlabel, type="log" if log_x else None)
+    fig.update_yaxes(title=ylabel, type="log" if log_y else None)
+    return themed(fig, title, height)
+
+
+def bars(names: Sequence[str], values: Sequence[float], title: str = "", ylabel: str = "",
+         errors: Sequence[float] | None = None, height: int = 340, colors: Sequence[str] | None = None,
+         text_fmt: str = ".3g") -> go.Figure:
+    fig = go.Figure(go.Bar(x=list(names), y=list(values),
+                           error_y=dict(type="data", array=list(errors)) if errors is not None else None,
+                           marker_color=list(colors) if colors else COLORS[0],
+                           text=[format(v, text_fmt) for v in values], textposition="outside"))
+    fig.update_yaxes(title=ylabel)
+    return themed(fig, title, height)
+
+
+def heatmap(z, title: str = "", x=None, y=None, xlabel: str = "", ylabel: str = "", diverging: bool = False,
+            zmid: float | None = None, height: int = 380, colorbar_title: str = "", square: bool = False,
+            zmin: float | None = None, zmax: float | None = None, reverse_y: bool = True) -> go.Figure:
+    z = np.asarray(z)
+    kw = {}
+    if diverging:
+        m = float(np.nanmax(np.abs(z))) if z.size else 1.0
+        kw = dict(zmid=0.0 if zmid is None else zmid, zmin=-m, zmax=m)
+    if zmin is not None:
+        kw["zmin"] = zmin
+    if zmax is not None:
+        kw["zmax"] = zmax
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, colorscale=DIVERGING if diverging else SEQUENTIAL,
+                               colorbar=dict(title=colorbar_title), **kw))
+    fig.update_xaxes(title=xlabel)
+    fig.update_yaxes(title=ylabel, autorange="reversed" if reverse_y else True)
+    if square:
+        fig.update_yaxes(scaleanchor="x", scaleratio=1)
+    return themed(fig, title, height)
+
+
+def image_grid(images: Sequence[np.ndarray], titles: Sequence[str], cols: int = 4, diverging: bool = True,
+               title: str = "", height_per_row: int = 190) -> go.Figure:
+    """Small heatmaps side by side (e.g. eigenvectors reshaped to 8x8 images)."""
+    n = len(images)
+    rows = max(1, int(np.ceil(n / cols)))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.03,
+                        vertical_spacing=0.12 if rows > 1 else 0.05)
+    for i, img in enumerate(images):
+        img = np.asarray(img)
+        m = float(np.max(np.abs(img))) or 1.0
+        kw = dict(zmid=0, zmin=-m, zmax=m, colorscale=DIVERGING) if diverging else dict(colorscale="Greys")
+        fig.add_trace(go.Heatmap(z=img, showscale=False, **kw), row=i // cols + 1, col=i % cols + 1)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False, autorange="reversed")
+    return themed(fig, title, height_per_row * rows + 40)
+
+
+def scatter(x, y, color=None, title: str = "", xlabel: str = "", ylabel: str = "", height: int = 360,
+            text=None, size: int = 7, colorscale: str | None = None, name: str = "") -> go.Figure:
+    marker = dict(size=size)
+    if color is not None:
+        marker.update(color=color, colorscale=colorscale or SEQUENTIAL, showscale=colorscale is not None)
+    fig = go.Figure(go.Scatter(x=x, y=y, mode="markers", marker=marker, text=text, name=name))
+    fig.update_xaxes(title=xlabel)
+    fig.update_yaxes(title=ylabel)
+    return themed(fig, title, height)
+
+
+def show(fig: go.Figure, key: str | None = None) -> None:
+    import streamlit as st
+
+    st.plotly_chart(fig, width="stretch", key=key, config={"displaylogo": False})

@@ -1,0 +1,56 @@
+"""Page furniture: paper header, claims panel, "how it works", device indicator."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.core.claims import Claim
+from engine.registry import get
+
+
+def paper_header(slug: str, idea: str, caveat: str | None = None) -> None:
+    """Title, the idea in one paragraph (our words), and the paper link."""
+    paper = get(slug)
+    st.title(paper.title)
+    st.caption(f"ICLR 2025 · {paper.area} · [paper]({paper.url})")
+    st.markdown(idea)
+    if caveat:
+        st.info(caveat, icon=":material/info:")
+
+
+def claims_panel(claims: list[Claim], title: str = "Claims, measured on this run") -> None:
+    """One badge per claim: statement, measured value, threshold, pass/fail."""
+    st.subheader(title)
+    n_pass = sum(c.passed for c in claims)
+    st.caption(f"{n_pass} of {len(claims)} reproduced with the current settings. Each number below was "
+               "measured by the engine just now; change the settings and they are measured again.")
+    for c in claims:
+        with st.container(border=True):
+            left, right = st.columns([0.8, 0.2], vertical_alignment="center")
+            with left:
+                st.markdown(f"**{c.statement}**")
+                line = c.describe()
+                if c.detail:
+                    line += f" — {c.detail}"
+                st.caption(line)
+            with right:
+                if c.passed:
+                    st.badge("reproduced", icon=":material/check_circle:", color="green")
+                else:
+                    st.badge("not reproduced", icon=":material/cancel:", color="red")
+
+
+def how_it_works(markdown: str) -> None:
+    with st.expander("How it works", icon=":material/functions:", expanded=False):
+        st.markdown(markdown)
+
+
+def device_indicator() -> None:
+    """Sidebar line naming the compute device (does not import torch itself)."""
+    from engine.core.device import device_label
+
+    st.sidebar.caption(f":material/memory: Compute: {device_label()}")
+
+
+def show_error(message: str) -> None:
+    st.error(message, icon=":material/error:")

@@ -1,0 +1,132 @@
+"""Cached runner: one engine run per (engine, Config), shared by all sessions.
+
+Why not plain ``st.cache_data``: a cached function may not draw into a progress
+bar created outside it (Streamlit refuses to replay such elements), and the
+engine's progress callback is exactly that. So the store below keeps what
+``st.cache_data`` would keep (a pickled copy of each Result, so no session can
+mutate another's) inside one ``st.cache_resource`` object, with an LRU limit on
+entries and bytes, and a per-key lock so that concurrent sessions asking for the
+same view compute it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import pickle
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import streamlit as st
+
+MAX_ENTRIES = 64
+MAX_BYTES = 256 * 1024 * 1024
+
+
+class ResultStore:
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_bytes: int = MAX_BYTES):
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._data: OrderedDict[tuple, bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self._key_locks: dict[tuple, threading.Lock] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def key_lock(self, key: tuple) -> threading.Lock:
+        with self._lock:
+            return self._key_locks.setdefault(key, threading.Lock())
+
+    def get(self, key: tuple) -> Any | None:
+        with self._lock:
+            blob = self._data.get(key)
+            if blob is None:
+                return None
+            self._data.move_to_end(key)
+            self.hits += 1
+        return pickle.loads(blob)
+
+    def put(self, key: tuple, value: Any) -> None:
+        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            self.misses += 1
+            if key in self._data:
+                self._bytes -= len(self._data.pop(key))
+            if len(blob) > self.max_bytes:
+                return
+            self._data[key] = blob
+            self._bytes += len(blob)
+            while len(self._data) > self.max_entries or self._bytes > self.max_bytes:
+                _, old = self._data.popitem(last=False)
+                self._bytes -= len(old)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._bytes = 0
+
+
+@st.cache_resource(show_spinner=False)
+def result_store() -> ResultStore:
+    return ResultStore()
+
+
+def run_cached(module_name: str, config, label: str = "Computing", fn: str = "run",
+               payload: bytes | None = None) -> Any:
+    """Return ``module.fn(config)``, computed once per config, with a live progress bar.
+
+    ``payload`` (e.g. the bytes of an upload) is passed on as ``payload=`` and is part
+    of the cache key through its SHA-256.
+    """
+    digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
+    key = (module_name, fn, type(config).__qualname__, repr(config), digest)
+    store = result_store()
+    hit = store.get(key)
+    if hit is not None:
+        return hit
+    with store.key_lock(key):
+        hit = store.get(key)
+        if hit is not None:
+            return hit
+        bar = st.progress(0.0, text=f"{label}…")
+        last = [0.0]
+
+        def progress(fraction: float, message: str = "") -> None:
+            now = time.monotonic()
+            if fraction < 1.0 and now - last[0] < 0.05:
+                return  # throttle: at most ~20 bar updates a second
+            last[0] = now
+            bar.progress(min(1.0, max(0.0, float(fraction))), text=message or f"{label}…")
+
+        try:
+            module = importlib.import_module(module_name)
+            if payload is None:
+                result = getattr(module, fn)(config, progress=progress)
+            else:
+                result = getattr(module, fn)(config, progress=progress, payload=payload)
+        finally:
+            bar.empty()
+        store.put(key, result)
+        return result
+
+
+def run_or_stop(module_name: str, config, label: str = "Computing", fn: str = "run",
+                payload: bytes | None = None) -> Any:
+    """``run_cached``, but an ``engine.core.InputError`` becomes a clear message and stops the page."""
+    from engine.core import InputError
+
+    try:
+        return run_cached(module_name, config, label=label, fn=fn, payload=payload)
+    except InputError as e:
+        st.error(str(e), icon=":material/error:")
+        st.stop()

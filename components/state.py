@@ -1,0 +1,146 @@
+"""URL-state binding: every widget of a page is a Config field and a query parameter.
+
+``bind_config(Config, slug)`` draws one widget per Config field (from the field's
+spec in engine.core.params), seeds each widget from ``st.query_params`` on the
+first run of the session, writes the current values back into the URL on every
+run, and returns the Config. Bad values in the URL (malformed, out of range, too
+long, or settings that do not fit together) fall back to the default with a
+visible notice; nothing raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from engine.core.params import Bool, Choice, Float, Int, ParamError, Text, defaults, widget_specs
+
+
+def widget_key(slug: str, name: str) -> str:
+    return f"{slug}:{name}"
+
+
+def _render(spec, key: str, container) -> Any:
+    help_ = spec.help or None
+    if isinstance(spec, Int):
+        if spec.widget == "number":
+            return container.number_input(spec.label, min_value=spec.lo, max_value=spec.hi, step=spec.step,
+                                          key=key, help=help_)
+        return container.slider(spec.label, min_value=spec.lo, max_value=spec.hi, step=spec.step,
+                                key=key, help=help_)
+    if isinstance(spec, Float):
+        kw = dict(min_value=float(spec.lo), max_value=float(spec.hi), key=key, help=help_, format=spec.fmt)
+        if spec.step:
+            kw["step"] = float(spec.step)
+        if spec.widget == "number":
+            return container.number_input(spec.label, **kw)
+        return container.slider(spec.label, **kw)
+    if isinstance(spec, Choice):
+        opts = list(spec.options)
+        if spec.widget == "radio":
+            return container.radio(spec.label, opts, key=key, help=help_, format_func=spec.display,
+                                   horizontal=True)
+        if spec.widget == "select_slider":
+            return container.select_slider(spec.label, opts, key=key, help=help_, format_func=spec.display)
+        return container.selectbox(spec.label, opts, key=key, help=help_, format_func=spec.display)
+    if isinstance(spec, Bool):
+        if spec.widget == "toggle":
+            return container.toggle(spec.label, key=key, help=help_)
+        return container.checkbox(spec.label, key=key, help=help_)
+    if isinstance(spec, Text):
+        return container.text_input(spec.label, key=key, help=help_, max_chars=spec.max_chars)
+    raise TypeError(f"unknown widget spec {spec!r}")
+
+
+def _coerce(spec, value: Any, default: Any) -> Any:
+    try:
+        if isinstance(spec, Int) and isinstance(value, float) and value == int(value):
+            value = int(value)
+        return spec.validate(value)
+    except ParamError:
+        return default
+
+
+def bind_config(config_cls, slug: str, container=None, title: str = "Settings"):
+    """Render the widgets of ``config_cls`` bound to the URL; return (config, notices)."""
+    container = container if container is not None else st.sidebar
+    specs = widget_specs(config_cls)
+    base = defaults(config_cls)
+    qp = st.query_params
+    notices: list[str] = []
+    init_flag = f"{slug}::initialised"
+    first = not st.session_state.get(init_flag, False)
+
+    if first:
+        known = set(specs)
+        for name in qp.keys():
+            if name not in known:
+                notices.append(f"`{str(name)[:40]}` is not a setting of this page and was ignored")
+        for name, spec in specs.items():
+            key = widget_key(slug, name)
+            value = base[name]
+            if name in qp:
+                try:
+                    value = spec.parse(qp.get(name))
+                except ParamError as e:
+                    notices.append(f"`{name}`: {e}; using the default ({spec.to_str(base[name])})")
+            st.session_state[key] = value
+        st.session_state[init_flag] = True
+
+    container.subheader(title)
+    groups: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for name, spec in specs.items():
+        key = widget_key(slug, name)
+        if key not in st.session_state:  # widget state was dropped (page switch): restore default
+            st.session_state[key] = base[name]
+        else:
+            st.session_state[key] = _coerce(spec, st.session_state[key], base[name])
+        target = container
+        if spec.group:
+            if spec.group not in groups:
+                groups[spec.group] = container.expander(spec.group)
+            target = groups[spec.group]
+        values[name] = _render(spec, key, target)
+
+    try:
+        cfg = config_cls(**values)
+    except (ValueError, TypeError) as e:
+        notices.append(f"these settings do not fit together ({e}); using the defaults")
+        cfg = config_cls()
+        for name in specs:
+            st.session_state[widget_key(slug, name)] = getattr(cfg, name)
+
+    params = {name: specs[name].to_str(getattr(cfg, name)) for name in specs}
+    if dict(qp.to_dict()) != params:
+        qp.from_dict(params)
+    if notices:
+        st.warning("Some link parameters could not be used:\n\n" + "\n".join(f"- {n}" for n in notices),
+                   icon=":material/link_off:")
+    return cfg
+
+
+def share_link(config, container=None) -> str:
+    """Show the shareable URL of the current view; return its query string."""
+    container = container if container is not None else st.sidebar
+    specs = widget_specs(type(config))
+    query = urlencode({name: specs[name].to_str(getattr(config, name)) for name in specs})
+    base = ""
+    try:
+        url = getattr(st.context, "url", None)
+        if url:
+            base = str(url).split("?", 1)[0]
+    except Exception:  # st.context is unavailable in some test harnesses
+        base = ""
+    link = f"{base}?{query}"
+    with container.expander("Copy link to this view", icon=":material/link:"):
+        st.code(link, language=None, wrap_lines=True)
+        st.caption("Opening this link reproduces these settings and therefore the same results.")
+    return query
+
+
+def config_fields(config) -> dict[str, Any]:
+    return dataclasses.asdict(config)

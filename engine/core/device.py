@@ -1,0 +1,37 @@
+"""Device choice: CUDA when present, CPU otherwise; EXPLORER_FORCE_CPU=1 forces CPU.
+
+torch is imported lazily so that merely importing engine.core stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+FORCE_CPU_ENV = "EXPLORER_FORCE_CPU"
+
+
+def _force_cpu() -> bool:
+    return os.environ.get(FORCE_CPU_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def get_device():
+    """Return a torch.device: cuda if available and not forced off, else cpu."""
+    import torch
+
+    if not _force_cpu() and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def device_label() -> str:
+    """Human-readable label, without importing torch if no page has imported it."""
+    if "torch" not in sys.modules:
+        return "CPU (torch not loaded yet)"
+    import torch
+
+    if _force_cpu():
+        return "CPU (forced by EXPLORER_FORCE_CPU)"
+    if torch.cuda.is_available():
+        return f"CUDA: {torch.cuda.get_device_name(0)}"
+    return "CPU"

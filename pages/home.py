@@ -1,0 +1,49 @@
+"""Home gallery: all 38 papers as cards, with search and an area filter."""
+
+import streamlit as st
+
+from engine.registry import AREAS, PAPERS
+
+st.title("ICLR 2025 Explorer")
+st.markdown(
+    "Each page reproduces, live and at a small scale, the core mechanism of one ICLR 2025 paper. "
+    "The claim badges on a page are measured by the engine on every run, and every page's URL stores "
+    "its settings, so a shared link reproduces exactly the same view."
+)
+
+built = sum(p.built for p in PAPERS)
+st.caption(f"{built} of {len(PAPERS)} pages built; the rest are coming.")
+
+c1, c2, c3 = st.columns([0.5, 0.3, 0.2], vertical_alignment="bottom")
+query = c1.text_input("Search papers", key="home:q", placeholder="e.g. attention, graph, diffusion",
+                      max_chars=100)
+areas = c2.multiselect("Area", AREAS, key="home:areas")
+only_built = c3.toggle("Built pages only", key="home:built")
+
+words = [w for w in query.lower().split() if w]
+
+
+def matches(p) -> bool:
+    text = f"{p.title} {p.summary} {p.slug} {p.area}".lower()
+    if words and not all(w in text for w in words):
+        return False
+    if areas and p.area not in areas:
+        return False
+    return not (only_built and not p.built)
+
+
+shown = [p for p in PAPERS if matches(p)]
+if not shown:
+    st.info("No paper matches this search.")
+
+cols = st.columns(3)
+for i, p in enumerate(shown):
+    with cols[i % 3].container(border=True):
+        st.markdown(f"**{p.title}**")
+        st.caption(p.area)
+        st.write(p.summary)
+        if p.built:
+            st.page_link(p.page, label="Open the live page", icon=":material/play_circle:")
+        else:
+            st.badge("coming", icon=":material/schedule:", color="gray")
+        st.markdown(f"[paper]({p.url})")

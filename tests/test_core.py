@@ -1,0 +1,117 @@
+"""engine.core and components pieces that every page relies on."""
+
+import dataclasses
+import math
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engine.core import Claim, get_device, seed_everything
+from engine.core.params import (
+    Bool, Choice, Float, Int, ParamError, Text, from_query, param, random_config, to_query,
+)
+from engine.core.progress import ProgressSpan
+
+
+def test_claim_pass_is_computed_not_given():
+    c = Claim("x", measured=0.5, op=">=", threshold=0.4)
+    assert c.passed
+    assert not Claim("x", measured=0.3, op=">=", threshold=0.4).passed
+    assert not Claim("x", measured=float("nan"), op="<=", threshold=1.0).passed
+    with pytest.raises(ValueError):
+        Claim("x", 1.0, "==", 1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.measured = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Demo:
+    n: int = param(3, Int(1, 10, "n"))
+    x: float = param(0.5, Float(0.0, 1.0, "x"))
+    mode: str = param("a", Choice(("a", "b"), "mode"))
+    flag: bool = param(False, Bool("flag"))
+    text: str = param("hi", Text("text", max_chars=20))
+    seed: int = param(0, Int(0, 9, "seed"))
+
+    def __post_init__(self):
+        if self.mode == "b" and self.n > 8:
+            raise ValueError("mode b needs n <= 8")
+
+
+@given(st.text(max_size=400))
+def test_hostile_strings_never_raise_anything_but_paramerror(raw):
+    for spec in (Int(1, 10, "n"), Float(0.0, 1.0, "x"), Choice(("a", "b"), "m"), Bool("b"), Text("t", 20)):
+        try:
+            v = spec.parse(raw)
+        except ParamError:
+            continue
+        assert spec.validate(v) == v
+
+
+def test_param_parsing_edge_cases():
+    i = Int(1, 10, "n")
+    assert i.parse("3") == 3 and i.parse("3.0") == 3
+    for bad in ["3.5", "nan", "inf", "0", "11", "x" * 500, ""]:
+        with pytest.raises(ParamError):
+            i.parse(bad)
+    f = Float(0.0, 1.0, "x")
+    for bad in ["nan", "inf", "-0.1", "1e309"]:
+        with pytest.raises(ParamError):
+            f.parse(bad)
+    assert Choice((0.1, 0.2), "c").parse("0.10") == 0.1
+    assert Bool("b").parse("TRUE") is True
+
+
+def test_query_round_trip_and_fallback():
+    rng = random.Random(0)
+    for _ in range(50):
+        try:
+            cfg = random_config(Demo, rng)
+        except ValueError:
+            continue
+        back, notices = from_query(Demo, to_query(cfg))
+        assert back == cfg and not notices
+    cfg, notices = from_query(Demo, {"n": "banana", "x": "2"})
+    assert cfg == Demo() and len(notices) == 2
+    cfg, notices = from_query(Demo, {"n": "9", "mode": "b"})   # valid alone, invalid together
+    assert cfg == Demo() and notices
+
+
+def test_progress_span_maps_into_parent():
+    seen = []
+    span = ProgressSpan(lambda f, m: seen.append(f), 0.5, 1.0)
+    span(0.0)
+    span(0.5)
+    span.sub(0.5, 1.0)(1.0)
+    assert seen == [0.5, 0.75, 1.0]
+
+
+def test_seeding_is_reproducible():
+    import numpy as np
+    import torch
+
+    a = seed_everything(3, torch_too=True).normal(size=3), torch.rand(2)
+    b = seed_everything(3, torch_too=True).normal(size=3), torch.rand(2)
+    assert np.allclose(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_force_cpu(monkeypatch):
+    monkeypatch.setenv("EXPLORER_FORCE_CPU", "1")
+    assert get_device().type == "cpu"
+
+
+def test_result_store_is_bounded_and_copies():
+    from components.runner import ResultStore
+
+    store = ResultStore(max_entries=3, max_bytes=10_000)
+    for k in range(5):
+        store.put((k,), {"v": [k] * 10})
+    assert len(store) == 3 and store.get((0,)) is None and store.get((4,)) == {"v": [4] * 10}
+    got = store.get((4,))
+    got["v"].append(1)
+    assert store.get((4,)) == {"v": [4] * 10}, "the store must hand out copies"
+    store.put(("big",), "x" * 20_000)          # larger than the byte cap: not kept
+    assert store.get(("big",)) is None and store.nbytes <= 10_000
+    assert math.isfinite(store.nbytes)
