@@ -82,16 +82,18 @@ PAPERS: list[Paper] = [
     Paper("loss-reweighting", "Dynamic Loss-Based Sample Reweighting for Improved Large Language Model "
           "Pretraining", L,
           "Down-weighting low-loss (redundant) samples inside each batch speeds up convergence.",
-          arxiv="2502.06733"),
+          arxiv="2502.06733", page="pages/loss_reweighting.py", module="engine.loss_reweighting"),
     Paper("lora-pro", "LoRA-Pro: Are Low-Rank Adapters Properly Optimized?", L,
           "Adjusting LoRA's A and B gradients so the equivalent low-rank gradient is closest to the "
-          "full gradient narrows the gap to full fine-tuning.", arxiv="2407.18242"),
+          "full gradient narrows the gap to full fine-tuning.", arxiv="2407.18242",
+          page="pages/lora_pro.py", module="engine.lora_pro"),
     Paper("lift", "LiFT: Learning to Fine-Tune via Bayesian Parameter Efficient Meta Fine-Tuning", L,
           "A hierarchical prior over per-task adapters, sampled with SGLD-Gibbs, transfers to "
           "few-shot held-out tasks.", openreview="7nyJBVCTGQ"),
     Paper("integrative-decoding", "Integrative Decoding: Improve Factuality via Implicit Self-Consistency", L,
           "Decode jointly over inputs each prefixed by one sampled answer, averaging next-token "
-          "log-probs, to get self-consistency token by token.", arxiv="2410.01556"),
+          "log-probs, to get self-consistency token by token.", arxiv="2410.01556",
+          page="pages/integrative_decoding.py", module="engine.integrative_decoding"),
     Paper("mbr-llm-judge", "Better Instruction-Following Through Minimum Bayes Risk", L,
           "Pick the candidate a judge rates best against the others as pseudo-references, then "
           "distil MBR choices back into greedy decoding with DPO.", arxiv="2410.02902"),
@@ -148,7 +150,8 @@ PAPERS: list[Paper] = [
     # --- graphs
     Paper("spectral-rewiring", "GNNs Getting ComFy: Community and Feature Similarity Guided Rewiring", GR,
           "Raising or lowering the spectral gap mostly changes community strength; community- "
-          "and feature-guided rewiring help GNNs directly.", arxiv="2502.04891"),
+          "and feature-guided rewiring help GNNs directly.", arxiv="2502.04891",
+          page="pages/spectral_rewiring.py", module="engine.spectral_rewiring"),
     Paper("ub-gold", "Unifying Unsupervised Graph-Level Anomaly Detection and Out-of-Distribution "
           "Detection: A Benchmark", GR,
           "One benchmark for graph-level anomaly and OOD detection across four scenario types; "
@@ -158,16 +161,19 @@ PAPERS: list[Paper] = [
           "and speeds up inference.", arxiv="2405.14260"),
     Paper("jl-dynamic-graph-metric", "Quality Measures for Dynamic Graph Generative Models", GR,
           "Random projections of event streams give a scalar metric between dynamic graphs with "
-          "no snapshots.", arxiv="2503.01720"),
+          "no snapshots.", arxiv="2503.01720",
+          page="pages/jl_dynamic_graph_metric.py", module="engine.jl_dynamic_graph_metric"),
     # --- 3-D
     Paper("densematcher", "DenseMatcher: Learning 3D Semantic Correspondence for Category-Level "
           "Manipulation from a Single Demo", V,
           "Dense correspondences between meshes through functional maps on Laplace-Beltrami "
-          "eigenbases, used to transfer colour.", arxiv="2412.05268"),
+          "eigenbases, used to transfer colour.", arxiv="2412.05268",
+          page="pages/densematcher.py", module="engine.densematcher"),
     # --- theory, coding, privacy, quantum
     Paper("inference-set-design", "Efficient Biological Data Acquisition through Inference Set Design", T,
           "Label the hardest examples and predict the rest; a stopping rule halts once the whole "
-          "system reaches its target accuracy.", arxiv="2410.19631"),
+          "system reaches its target accuracy.", arxiv="2410.19631",
+          page="pages/inference_set_design.py", module="engine.inference_set_design"),
     Paper("crossmpt", "CrossMPT: Cross-attention Message-Passing Transformer for Error Correcting Codes", T,
           "A transformer decoder whose magnitude and syndrome embeddings exchange messages through "
           "parity-check-masked cross-attention.", arxiv="2405.01033"),
@@ -181,10 +187,11 @@ PAPERS: list[Paper] = [
           "across widths.", arxiv="2411.02001"),
     Paper("moe-continual", "Theory on Mixture-of-Experts in Continual Learning", T,
           "A gated mixture of linear experts forgets less than one expert, provided gating updates "
-          "stop after enough rounds.", arxiv="2406.16437"),
+          "stop after enough rounds.", arxiv="2406.16437", page="pages/moe_continual.py",
+          module="engine.moe_continual"),
     Paper("dp-bandmf", "Scaling up the Banded Matrix Factorization Mechanism for Differentially Private ML", T,
           "Banded correlated-noise strategies for DP training, optimised and evaluated fast at "
-          "very large n.", arxiv="2405.15913"),
+          "very large n.", arxiv="2405.15913", page="pages/dp_bandmf.py", module="engine.dp_bandmf"),
     Paper("multiview-clustering", "COPER: Correlation-based Permutations for Multi-View Clustering", T,
           "End-to-end multi-view clustering from a permutation-based canonical-correlation objective "
           "and consistent pseudo-labels.", arxiv="2402.16383"),

@@ -115,3 +115,18 @@ def test_result_store_is_bounded_and_copies():
     store.put(("big",), "x" * 20_000)          # larger than the byte cap: not kept
     assert store.get(("big",)) is None and store.nbytes <= 10_000
     assert math.isfinite(store.nbytes)
+
+
+def test_digits_loader_matches_sklearn():
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from engine.core.data import _digits_raw, digits_split
+
+    X, y = _digits_raw()
+    d = load_digits()
+    assert np.allclose(X, d.data / 16.0) and np.array_equal(y, d.target)
+    Xtr, ytr, Xte, yte = digits_split(1200, seed=0)
+    assert len(Xtr) == 1200 and len(Xte) == 500
+    Xtr2, _, Xte2, _ = digits_split(1200, seed=0)
+    assert np.array_equal(Xtr, Xtr2) and np.array_equal(Xte, Xte2)

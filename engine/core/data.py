@@ -9,6 +9,15 @@ import numpy as np
 
 @lru_cache(maxsize=1)
 def _digits_raw() -> tuple[np.ndarray, np.ndarray]:
+    """The digits table that ships inside scikit-learn, read without importing sklearn (slow import)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("sklearn")
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    if path.exists():
+        table = np.loadtxt(path, delimiter=",")
+        return (table[:, :-1] / 16.0).astype(np.float32), table[:, -1].astype(np.int64)
     from sklearn.datasets import load_digits
 
     d = load_digits()

@@ -16,12 +16,20 @@ def _force_cpu() -> bool:
 
 
 def get_device():
-    """Return a torch.device: cuda if available and not forced off, else cpu."""
+    """Return a torch.device: cuda if available and not forced off, else cpu (with a thread limit)."""
     import torch
 
     if not _force_cpu() and torch.cuda.is_available():
         return torch.device("cuda")
+    _limit_threads(torch)
     return torch.device("cpu")
+
+
+def _limit_threads(torch) -> None:
+    """One intra-op thread unless EXPLORER_TORCH_THREADS says otherwise (see engine.core.nn)."""
+    n = max(1, int(os.environ.get("EXPLORER_TORCH_THREADS", "1")))
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 def device_label() -> str:

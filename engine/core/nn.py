@@ -99,25 +99,15 @@ def load_state(path: Path, map_location="cpu") -> dict:
 
 
 def set_cpu_threads(n: int | None = None) -> None:
-    """Keep torch from oversubscribing a small CPU box."""
-    import os
+    """Keep torch from oversubscribing a small CPU box.
+
+    Default: one intra-op thread (``EXPLORER_TORCH_THREADS`` overrides). The engines' tensors
+    are small, and on a busy 2-core machine (a server with several sessions) extra OpenMP
+    threads spin and make small ops orders of magnitude slower.
+    """
+    from engine.core.device import _limit_threads
 
     if n is None:
-        n = max(1, min(2, os.cpu_count() or 1))
-    if torch.get_num_threads() != n:
-        torch.set_num_threads(n)
-
-
-def batch_indices(n: int, batch: int, steps: int, generator: torch.Generator | None = None) -> list[torch.Tensor]:
-    """Index tensors for ``steps`` minibatches: epochs of seeded shuffles of range(n)."""
-    out: list[torch.Tensor] = []
-    batch = max(1, min(batch, n))
-    while len(out) < steps:
-        perm = torch.randperm(n, generator=generator)
-        for i in range(0, n - batch + 1, batch):
-            out.append(perm[i:i + batch])
-            if len(out) == steps:
-                break
-        if n < batch:
-            out.append(perm)
-    return out
+        _limit_threads(torch)
+    elif torch.get_num_threads() != max(1, n):
+        torch.set_num_threads(max(1, n))

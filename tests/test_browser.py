@@ -1,0 +1,231 @@
+"""Real-browser tests: the app served on loopback, driven by Debian's chromium through selenium.
+
+- every built page and the home gallery render their claims panel and first plot with no error
+  element; a screenshot per page goes to artifacts/screenshots/;
+- a shared URL with parameters opens with the widgets showing those values;
+- a load test: 20 concurrent browser sessions across pages, no errors, bounded server memory,
+  p50/p95 time to first plot printed.
+
+Skipped when /usr/bin/chromium is absent, unless EXPLORER_REQUIRE_BROWSER=1 (set by .ci/run, which
+installs chromium), in which case a missing browser is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from engine.registry import ROOT, built_papers
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")
+ARTIFACTS = ROOT / "artifacts" / "screenshots"
+PAGE_TIMEOUT = float(os.environ.get("EXPLORER_BROWSER_TIMEOUT", "180"))
+
+_have_browser = Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
+if not _have_browser and os.environ.get("EXPLORER_REQUIRE_BROWSER") == "1":
+    raise RuntimeError(f"browser tests required but {CHROMIUM} / {CHROMEDRIVER} are missing")
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not _have_browser, reason="Debian chromium + chromium-driver not installed"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss_mib(pid: int) -> float:
+    """Resident memory of a process and its children, from /proc (MiB)."""
+    total = 0
+    pids = [pid]
+    try:
+        kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+        pids += [int(k) for k in kids]
+    except FileNotFoundError:
+        pass
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    env = dict(os.environ, EXPLORER_FORCE_CPU="1", PYTHONUNBUFFERED="1")
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--server.headless", "true",
+         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        raise RuntimeError("streamlit did not start:\n" + Path(log.name).read_text()[-3000:])
+    yield base, proc
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _driver(width: int = 1400, height: int = 1100):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", f"--window-size={width},{height}",
+                f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}"):
+        opts.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+
+
+@pytest.fixture(scope="module")
+def driver():
+    d = _driver()
+    yield d
+    d.quit()
+
+
+PLOT_CSS = ".js-plotly-plot, [data-testid='stVegaLiteChart'], [data-testid='stArrowVegaLiteChart']"
+
+
+def _wait_rendered(d, timeout: float, need_claims: bool = True) -> float:
+    """Wait until the claims panel and a first plot are on screen; return seconds waited."""
+    from selenium.webdriver.common.by import By
+
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if d.find_elements(By.CSS_SELECTOR, "[data-testid='stException']"):
+            raise AssertionError("error element on page: " +
+                                 d.find_element(By.CSS_SELECTOR, "[data-testid='stException']").text[:2000])
+        body = d.find_element(By.TAG_NAME, "body").text
+        plots = d.find_elements(By.CSS_SELECTOR, PLOT_CSS)
+        if plots and (not need_claims or "Claims, measured" in body):
+            return time.perf_counter() - t0
+        time.sleep(0.25)
+    raise AssertionError(f"page did not render a claims panel and a plot within {timeout:.0f} s")
+
+
+def test_home_gallery_in_browser(server, driver):
+    from selenium.webdriver.common.by import By
+
+    base, _ = server
+    driver.get(base)
+    t0 = time.time()
+    while time.time() - t0 < 60 and "ICLR 2025 Explorer" not in driver.find_element(By.TAG_NAME, "body").text:
+        time.sleep(0.25)
+    body = driver.find_element(By.TAG_NAME, "body").text
+    assert "ICLR 2025 Explorer" in body
+    assert "Open the live page" in body
+    assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='stException']")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / "home.png"))
+
+
+@pytest.mark.parametrize("paper", built_papers(), ids=[p.slug for p in built_papers()])
+def test_page_renders_in_browser(server, driver, paper):
+    base, _ = server
+    driver.get(f"{base}/{paper.url_path}")
+    waited = _wait_rendered(driver, PAGE_TIMEOUT)
+    time.sleep(0.5)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / f"{paper.slug}.png"))
+    print(f"{paper.slug}: claims + first plot after {waited:.1f} s")
+
+
+def test_shared_url_sets_widgets(server, driver):
+    from selenium.webdriver.common.by import By
+
+    base, _ = server
+    driver.get(f"{base}/bilinear_mlp?class_idx=7&k_keep=5&truncation=bottom&epochs=20")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    body = driver.find_element(By.TAG_NAME, "body").text
+    assert "Eigenvectors of Q(e_7)" in body
+    sliders = {s.find_element(By.CSS_SELECTOR, "label").text.strip():
+               s.find_element(By.CSS_SELECTOR, "[data-testid='stSliderThumbValue']").text.strip()
+               for s in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSlider']")}
+    assert sliders.get("Class to explain") == "7", sliders
+    assert sliders.get("Eigenvectors kept per class") == "5", sliders
+    assert sliders.get("Epochs") == "20", sliders
+    assert "truncation=bottom" in driver.current_url and "class_idx=7" in driver.current_url
+
+
+def test_load_twenty_concurrent_sessions(server):
+    """20 browser sessions at once across pages: no errors; report p50/p95 time to first plot."""
+    base, proc = server
+    pages = built_papers()
+    targets = [f"{base}/{pages[i % len(pages)].url_path}" for i in range(20)]
+    times: list[float] = []
+    errors: list[str] = []
+    peak = [0.0]
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def watch_memory():
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss_mib(proc.pid))
+            time.sleep(0.5)
+
+    def session(url: str):
+        d = None
+        try:
+            d = _driver(1000, 800)
+            t0 = time.perf_counter()
+            d.get(url)
+            _wait_rendered(d, PAGE_TIMEOUT * 2)
+            with lock:
+                times.append(time.perf_counter() - t0)
+        except Exception as e:  # collected and asserted below
+            with lock:
+                errors.append(f"{url}: {type(e).__name__}: {str(e)[:300]}")
+        finally:
+            if d is not None:
+                d.quit()
+
+    watcher = threading.Thread(target=watch_memory, daemon=True)
+    watcher.start()
+    threads = [threading.Thread(target=session, args=(u,)) for u in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    watcher.join()
+    assert not errors, errors
+    q = statistics.quantiles(times, n=20)
+    print(f"\nload: {len(times)} sessions, time to first plot p50 {statistics.median(times):.1f} s, "
+          f"p95 {q[18]:.1f} s; server peak RSS {peak[0]:.0f} MiB")
+    assert peak[0] < 6 * 1024, f"server memory {peak[0]:.0f} MiB"

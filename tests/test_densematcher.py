@@ -1,0 +1,272 @@
+"""DenseMatcher page: claims at the default config, independent checks of the spectral pipeline, uploads."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.linalg
+
+from engine import densematcher as eng
+from engine.core import InputError
+
+PV_EXAMPLES = None
+try:
+    import pyvista as pv
+
+    PV_EXAMPLES = Path(pv.__file__).parent / "examples"
+except ImportError:  # pragma: no cover
+    pv = None
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+# --------------------------------------------------------------------------------------------- claims
+
+def test_claims_pass_at_default(default_result):
+    cl = eng.claims(default_result)
+    assert len(cl) == 4
+    for c in cl:
+        assert c.passed, c.describe()
+
+
+def test_result_is_small_and_picklable(default_result):
+    blob = pickle.dumps(default_result)
+    assert len(blob) < 3 * 2**20
+    r = default_result
+    assert r.map_final.shape == (len(r.target_verts),)
+    assert r.map_final.min() >= 0 and r.map_final.max() < len(r.source_verts)
+
+
+def test_claims_can_fail():
+    # no refinement: the refinement claim cannot pass; a strong non-isometric stretch breaks the accuracy claim
+    r0 = eng.run(replace(eng.Config(), refine_steps=0, n_vertices=800))
+    assert not eng.claims(r0)[1].passed
+    rs = eng.run(replace(eng.Config(), deform="stretch", strength=1.0, n_vertices=800))
+    assert not eng.claims(rs)[0].passed
+
+
+# ---------------------------------------------------------------------------------- independent checks
+
+def test_sphere_spectrum_matches_l_l_plus_1():
+    """Unit-sphere Laplace-Beltrami eigenvalues are l(l+1) with multiplicity 2l+1."""
+    u = eng.fibonacci_sphere(1200)
+    f = eng.sphere_triangulation(u)
+    W, M = eng.cotan_laplacian(u, f)
+    evals, _ = eng.laplacian_eigs(W, M, 25)
+    assert abs(evals[0]) < 1e-8
+    expected = np.concatenate([[l * (l + 1)] * (2 * l + 1) for l in range(5)])   # 1 + 3 + 5 + 7 + 9 = 25
+    rel = np.abs(evals[1:] - expected[1:]) / expected[1:]
+    assert rel.max() < 0.02, rel
+    # multiplicities: the gap between consecutive groups is far larger than the spread inside a group
+    for l in range(1, 5):
+        group = evals[l * l:(l + 1) * (l + 1)]
+        assert np.ptp(group) < 0.05 * l * (l + 1)
+    # cross-check the sparse shift-invert solver against a dense generalised eigensolver
+    u = eng.fibonacci_sphere(300)
+    W, M = eng.cotan_laplacian(u, eng.sphere_triangulation(u))
+    evals, _ = eng.laplacian_eigs(W, M, 12)
+    dense = scipy.linalg.eigh(W.toarray(), M.toarray(), eigvals_only=True, subset_by_index=[0, 11])
+    np.testing.assert_allclose(evals, dense, atol=1e-6)
+
+
+def test_cotan_weights_against_angles():
+    """Stiffness entries equal -(cot a + cot b)/2 computed from arccos of the opposite angles."""
+    rng = np.random.default_rng(1)
+    u = eng.fibonacci_sphere(60)
+    f = eng.sphere_triangulation(u)
+    x = u * (1 + 0.2 * rng.random((60, 1)))
+    W, M = eng.cotan_laplacian(x, f)
+    ref = np.zeros((60, 60))
+    area = np.zeros(60)
+    for tri in f:
+        for c in range(3):
+            i, j, k = tri[c], tri[(c + 1) % 3], tri[(c + 2) % 3]
+            a, b = x[j] - x[i], x[k] - x[i]
+            ang = np.arccos(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+            ref[j, k] -= 0.5 / np.tan(ang)
+            ref[k, j] -= 0.5 / np.tan(ang)
+        area[tri] += 0.5 * np.linalg.norm(np.cross(x[tri[1]] - x[tri[0]], x[tri[2]] - x[tri[0]])) / 3
+    np.fill_diagonal(ref, -ref.sum(1))
+    np.testing.assert_allclose(W.toarray(), ref, atol=1e-10)
+    np.testing.assert_allclose(M.diagonal(), area, rtol=1e-12)
+
+
+def test_permuted_copy_is_matched_back_to_the_permutation():
+    src, _, _, _ = eng.make_pair(eng.Config(n_vertices=800))
+    rng = np.random.default_rng(7)
+    perm = rng.permutation(len(src.verts))          # target vertex i is source vertex perm[i]
+    inv = np.argsort(perm)
+    tgt = eng.Mesh(src.verts[perm], inv[src.faces])
+    res = eng.match(eng.Config(n_vertices=800), src, tgt, truth=None)
+    assert np.mean(res.map_final == perm) > 0.99
+
+
+def test_fmap_solver_is_the_least_squares_minimiser():
+    """CG solution vs an explicit design matrix built column by column from the residual function."""
+    rng = np.random.default_rng(0)
+    k1, k2, q = 6, 5, 9
+    A, B = rng.normal(size=(k1, q)), rng.normal(size=(k2, q))
+    X = [(lambda a: a + a.T)(rng.normal(size=(k1, k1))) for _ in range(3)]
+    Y = [(lambda a: a + a.T)(rng.normal(size=(k2, k2))) for _ in range(3)]
+    l1, l2 = np.sort(rng.random(k1)), np.sort(rng.random(k2))
+    wd, wl = 0.3, 0.2
+
+    def residual(C):
+        parts = [(C @ A - B).ravel()]
+        parts += [np.sqrt(wd) * (C @ Xd - Yd @ C).ravel() for Xd, Yd in zip(X, Y)]
+        parts.append(np.sqrt(wl) * (C * l1[None, :] - l2[:, None] * C).ravel())
+        return np.concatenate(parts)
+
+    r0 = residual(np.zeros((k2, k1)))
+    cols = []
+    for idx in range(k1 * k2):
+        E = np.zeros(k1 * k2)
+        E[idx] = 1.0
+        cols.append(residual(E.reshape(k2, k1)) - r0)
+    sol = np.linalg.lstsq(np.array(cols).T, -r0, rcond=None)[0].reshape(k2, k1)
+    C = eng.solve_fmap(A, B, X, Y, l1, l2, wd, wl)
+    np.testing.assert_allclose(C, sol, atol=1e-7)
+
+
+def test_sphere_geodesic_diameter_is_about_pi():
+    u = eng.fibonacci_sphere(1500)
+    f = eng.sphere_triangulation(u)
+    g = eng.GeodesicErrors(u, f, np.arange(1500), np.arange(0, 1500, 5))
+    assert np.pi * 0.99 < g.diameter < np.pi * 1.12       # the edge graph slightly overestimates
+
+
+def test_hks_matches_heat_kernel_diagonal():
+    """HKS(x, t) (before normalising by the heat trace) is the diagonal of exp(-t L) in the M-metric."""
+    u = eng.fibonacci_sphere(160)
+    f = eng.sphere_triangulation(u)
+    W, M = eng.cotan_laplacian(u, f)
+    evals, evecs = scipy.linalg.eigh(W.toarray(), M.toarray())     # full spectrum, dense, M-orthonormal
+    evals[0] = 0.0
+    h = eng.hks(evals, evecs, 4)
+    lam = evals[1:]
+    ts = np.geomspace(4 * np.log(10) / lam[-1], 4 * np.log(10) / lam[0], 4)
+    m = M.diagonal()
+    Minvh = np.diag(1 / np.sqrt(m))
+    S = Minvh @ W.toarray() @ Minvh                  # symmetric version of M^-1 W
+    for j, t in enumerate(ts):
+        K = Minvh @ scipy.linalg.expm(-t * S) @ Minvh - 1.0 / m.sum()   # drop the constant mode
+        trace = np.exp(-lam * t).sum()
+        np.testing.assert_allclose(h[:, j] * trace, np.diag(K), rtol=2e-3, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------ uploads
+
+def _write(poly, ext, **kw):
+    d = tempfile.mkdtemp()
+    fn = os.path.join(d, "mesh." + ext)
+    poly.save(fn, **kw)
+    return Path(fn).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def critter_poly():
+    src, _, _, _ = eng.make_pair(eng.Config(n_vertices=900))
+    cells = np.hstack([np.full((len(src.faces), 1), 3), src.faces]).ravel()
+    return src, pv.PolyData(src.verts, cells)
+
+
+@pytest.mark.skipif(pv is None, reason="pyvista not installed")
+@pytest.mark.parametrize("ext,kw", [("obj", {}), ("ply", {"binary": True}), ("ply", {"binary": False}),
+                                    ("stl", {"binary": True}), ("stl", {"binary": False})])
+def test_parsers_read_files_written_by_vtk(critter_poly, ext, kw):
+    src, poly = critter_poly
+    data = _write(poly, ext, **kw)
+    v, f = eng.parse_mesh("mesh." + ext, data)
+    assert len(f) == len(src.faces)
+    # same triangles as sets of corner positions (STL welds and reorders vertices)
+    key = lambda verts, faces: np.sort(np.round(verts[faces], 5).reshape(len(faces), -1), axis=0)  # noqa: E731
+    np.testing.assert_allclose(key(v, f), key(src.verts, src.faces), atol=1e-4)
+
+
+@pytest.mark.skipif(pv is None, reason="pyvista not installed")
+def test_shipped_pyvista_ply_files_parse_like_vtk():
+    for name in ("sphere.ply", "nut.ply", "ant.ply"):
+        path = PV_EXAMPLES / name
+        if not path.exists():
+            continue
+        v, f = eng.parse_mesh(name, path.read_bytes())
+        ref = pv.read(str(path))
+        np.testing.assert_allclose(v, np.asarray(ref.points), atol=1e-6)
+        np.testing.assert_array_equal(f, np.asarray(ref.faces).reshape(-1, 4)[:, 1:])
+
+
+def test_upload_errors_are_clear():
+    with pytest.raises(InputError, match="unsupported file type"):
+        eng.parse_mesh("mesh.txt", b"v 0 0 0\n")
+    with pytest.raises(InputError, match="limit"):
+        eng.parse_mesh("big.obj", b"#" * (eng.MAX_FILE_BYTES + 1))
+    with pytest.raises(InputError, match="empty"):
+        eng.parse_mesh("e.stl", b"")
+    with pytest.raises(InputError, match="not a PLY"):
+        eng.parse_mesh("x.ply", b"\x00\x01garbage" * 20)
+    with pytest.raises(InputError, match="not an STL"):
+        eng.parse_mesh("x.stl", b"hello")
+    with pytest.raises(InputError, match="not numbers"):
+        eng.parse_mesh("x.obj", b"v 0 0 zero\n")
+    with pytest.raises(InputError, match="UTF-8"):
+        eng.parse_mesh("x.obj", b"\xff\xfe\x00v")
+    # NaN coordinates and faces pointing nowhere
+    tri = b"v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nv nan 0 0\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\nf 1 2 5\n"
+    v, f = eng.parse_mesh("nan.obj", tri)
+    with pytest.raises(InputError, match="not finite"):
+        eng.clean_mesh(v, f, "nan.obj", [])
+    v, f = eng.parse_mesh("oob.obj", b"v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 9\n")
+    with pytest.raises(InputError, match="do not exist"):
+        eng.clean_mesh(v, f, "oob.obj", [])
+    # a valid tetrahedron is too small for a spectral basis
+    v, f = eng.parse_mesh("tet.obj", b"v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\n")
+    with pytest.raises(InputError, match="at least"):
+        eng.clean_mesh(v, f, "tet.obj", [])
+
+
+@pytest.mark.skipif(pv is None, reason="pyvista not installed")
+def test_truncated_files_are_rejected(critter_poly):
+    _, poly = critter_poly
+    for ext, kw, match in [("ply", {"binary": True}, "truncated"), ("ply", {"binary": False}, "truncated|number"),
+                           ("stl", {"binary": True}, "truncated")]:
+        data = _write(poly, ext, **kw)
+        with pytest.raises(InputError, match=match):
+            eng.parse_mesh("cut." + ext, data[: len(data) // 2])
+    with pytest.raises(InputError, match="truncated"):
+        eng.unpack_upload(eng.pack_upload([("a.obj", b"v 0 0 0\n" * 100)])[:-50])
+    with pytest.raises(InputError, match="malformed"):
+        eng.unpack_upload(b"not a payload")
+
+
+@pytest.mark.skipif(pv is None, reason="pyvista not installed")
+def test_disconnected_upload_is_rejected():
+    path = PV_EXAMPLES / "ant.ply"
+    if not path.exists():
+        pytest.skip("pyvista's ant.ply not shipped")
+    with pytest.raises(InputError, match="pieces"):
+        eng.run_upload(eng.Config(), payload=eng.pack_upload([("ant.ply", path.read_bytes())]))
+
+
+@pytest.mark.skipif(pv is None, reason="pyvista not installed")
+def test_upload_runs(critter_poly):
+    _, poly = critter_poly
+    obj = _write(poly, "obj")
+    one = eng.run_upload(eng.Config(), payload=eng.pack_upload([("critter.obj", obj)]))
+    assert one.has_truth and one.metrics["err_final"] < 0.05       # matched to a bent, shuffled copy
+    two = eng.run_upload(eng.Config(), payload=eng.pack_upload([("a.obj", obj),
+                                                                ("b.stl", _write(poly, "stl", binary=True))]))
+    assert not two.has_truth and len(eng.claims(two)) == 1
+    assert eng.claims(two)[0].passed                                # the same surface: C is near-diagonal
+    big = pv.Sphere(theta_resolution=80, phi_resolution=80)      # > MAX_WORK_VERTICES: decimated
+    notes: list[str] = []
+    mesh = eng.clean_mesh(np.asarray(big.points), np.asarray(big.faces).reshape(-1, 4)[:, 1:], "big", notes)
+    assert len(mesh.verts) <= eng.MAX_WORK_VERTICES and any("decimated" in n for n in notes)

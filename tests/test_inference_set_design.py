@@ -1,0 +1,93 @@
+"""Inference set design: claims at the default config and independent checks."""
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+from sklearn.linear_model import LogisticRegression
+
+import engine.inference_set_design as eng
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    cs = eng.claims(default_result)
+    assert len(cs) == 5
+    for c in cs:
+        assert c.passed, c.describe()
+
+
+def test_system_accuracy_recomputed_from_masks(default_result):
+    y = default_result.labels
+    for tr in default_result.agents.values():
+        for t in range(len(tr.sa)):
+            obs, pred = tr.observed[t], tr.preds[t]
+            manual = (obs.sum() + np.sum(pred[~obs] == y[~obs])) / len(y)
+            assert manual == pytest.approx(tr.sa[t], abs=1e-12)
+            assert obs.sum() / len(y) == pytest.approx(tr.frac[t])
+        # O grows monotonically, by one batch per round
+        sizes = tr.observed.sum(axis=1)
+        assert np.all(np.diff(sizes) == default_result.config.batch)
+
+
+def test_active_spends_budget_on_corrupted_examples(default_result):
+    act, rnd = default_result.agents["active"], default_result.agents["random"]
+    # random batches carry the base rate of corrupted examples (about 30%), active ones far more early on
+    assert act.batch_hard[:3].mean() > 0.6
+    assert abs(rnd.batch_hard[:5].mean() - default_result.hard.mean()) < 0.1
+
+
+def test_oracle_reference(default_result):
+    """An oracle that labels exactly the corrupted set, with an sklearn model, brackets the agents."""
+    cfg = default_result.config
+    X, y, hard, _, _ = eng.make_data(cfg.corruption, cfg.seed)
+    act, rnd = default_result.agents["active"], default_result.agents["random"]
+    O = act.observed[0] | hard
+    budget = O.mean()
+    # (a) oracle acquisition with an agent-like predictor (trained on what the oracle labelled) beats random
+    lr = LogisticRegression(max_iter=2000).fit(X[O], y[O])
+    sa_oracle = eng.system_accuracy(O, lr.predict(X), y)
+    assert sa_oracle > eng.interp_at(rnd, budget)
+    # (b) upper reference: oracle set + a predictor trained on every clean pool label
+    clean = ~hard
+    ref = LogisticRegression(max_iter=2000).fit(X[clean], y[clean])
+    sa_upper = eng.system_accuracy(O, ref.predict(X), y)
+    assert eng.interp_at(act, budget) <= sa_upper + 0.01
+
+
+@pytest.mark.parametrize("k,n,delta", [(0, 150, 0.05), (120, 150, 0.05), (150, 150, 0.05), (37, 50, 0.1),
+                                       (1, 10, 0.01)])
+def test_clopper_pearson_matches_scipy_binomtest(k, n, delta):
+    ref = binomtest(k, n).proportion_ci(confidence_level=1 - 2 * delta, method="exact").low
+    assert eng.clopper_pearson_lower(k, n, delta) == pytest.approx(ref, abs=1e-9)
+
+
+def test_least_confidence_range():
+    p = np.array([[1.0] + [0.0] * 9, [0.1] * 10])
+    assert eng.least_confidence(p) == pytest.approx([0.0, 1.0])
+
+
+def test_one_batch_exhausts_pool():
+    r = eng.run(eng.Config(n_init=150, batch=eng.N_POOL - 150, steps=20))
+    for tr in r.agents.values():
+        assert len(tr.sa) == 1
+        assert tr.frac_next[-1] == 1.0 and tr.sa_delivered[-1] == 1.0 and tr.sa_lb[-1] == pytest.approx(1.0)
+
+
+def test_rho_one_makes_agents_coincide():
+    r = eng.run(eng.Config(random_frac=1.0, batch=300, n_init=300, steps=20))
+    a, b = r.agents["active"], r.agents["random"]
+    np.testing.assert_array_equal(a.observed, b.observed)
+    np.testing.assert_allclose(a.sa, b.sa)
+
+
+def test_most_confident_baseline_fails_claim_one(default_result):
+    cfg = default_result.config
+    X, y, hard, Xt, yt = eng.make_data(cfg.corruption, cfg.seed)
+    import torch
+    tr, _ = eng.run_agent("most_confident", cfg, X, y, hard, Xt, yt, torch.device("cpu"))
+    gap = eng.interp_at(tr, eng.EVAL_FRACTION) - eng.interp_at(default_result.agents["random"], eng.EVAL_FRACTION)
+    assert gap < 0.05

@@ -1,0 +1,114 @@
+"""MoE in continual learning: claims at the default config and independent checks of the mechanism."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from engine import moe_continual as eng
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def _claim(result, label_start):
+    return next(c for c in eng.claims(result) if c.label.startswith(label_start))
+
+
+def test_claims_at_default(default_result):
+    # Reproduced at the default (10 seeds, 1000 rounds): MoE beats one expert, more experts are slower/no better.
+    for label in ("median G_T(MoE)", "median F_T(MoE)", "T_conv(M=10)", "G_T(M=10)"):
+        c = _claim(default_result, label)
+        assert c.passed, c.describe()
+    # The termination claim is NOT reproduced by our implementation at the default; it is measured, finite, and
+    # shown as failing on the page (see the page caveat). Guard that it stays an honest measurement.
+    c = _claim(default_result, "median G_T terminated")
+    assert np.isfinite(c.measured) and c.threshold == 0.6
+
+
+def test_result_small_and_picklable(default_result):
+    assert len(pickle.dumps(default_result)) < 3_000_000
+
+
+def test_min_norm_update_properties():
+    rng = np.random.default_rng(0)
+    W = eng.make_pool(rng, 7, 3, 0.4)
+    idx, X = eng.make_tasks(rng, W, 20)
+    Xp = eng.pseudo_inverse(X)
+    np.testing.assert_allclose(Xp, np.linalg.pinv(X), atol=1e-9)
+    w = rng.normal(size=eng.D)
+    for t in range(20):
+        y = W[idx[t]] @ X[t]
+        dw = eng.min_norm_update(w, X[t], y, Xp[t])
+        np.testing.assert_allclose((w + dw) @ X[t], y, atol=1e-10)  # fits the task exactly
+        coef, *_ = np.linalg.lstsq(X[t], dw, rcond=None)
+        assert np.linalg.norm(X[t] @ coef - dw) <= 1e-10  # Δw lies in the column space of X_t
+        w = w + dw
+
+
+def test_single_expert_equals_plain_continual_regression():
+    cfg = eng.Config(seeds=2, rounds=300)
+    res = eng.run(cfg)
+    i_single = next(i for i, v in enumerate(res.variants) if v.experts == 1)
+    for s in range(cfg.seeds):
+        W, (idx, X, _), _ = eng.make_seed_data(cfg, s, 10)
+        w = np.zeros(eng.D)  # plain continual min-norm regression, written independently
+        for t in range(cfg.rounds):
+            w = w + np.linalg.pinv(X[t]).T @ (W[idx[t]] @ X[t] - w @ X[t])
+        G_ref = np.mean(np.linalg.norm(w - W[idx], axis=1))
+        assert res.G_final[i_single, s] == pytest.approx(G_ref, rel=1e-8)
+
+
+@pytest.mark.parametrize("aux", ["persistent", "decay"])
+def test_router_gradient_matches_finite_differences(aux):
+    rng = np.random.default_rng(1)
+    M = 4
+    theta = rng.normal(scale=0.3, size=(M, eng.D))
+    s = rng.normal(size=eng.D)
+    rho = rng.uniform(0, 0.3, size=M)
+    m_t, dw_norm, t = 2, 0.7, 13
+    f = rng.dirichlet(np.ones(M))
+    pi = eng.softmax_masked(theta @ s + rho, np.ones(M, bool))
+    a = eng.router_grad_coefs(pi[None], np.array([m_t]), np.array([dw_norm]), f[None], 0.5, np.array([M]), aux, t)[0]
+    grad = a[:, None] * s[None, :]
+    fd = np.zeros_like(theta)
+    h = 1e-6
+    for j in range(M):
+        for k in range(eng.D):
+            e = np.zeros_like(theta)
+            e[j, k] = h
+            fd[j, k] = (eng.router_loss(theta + e, s, rho, m_t, dw_norm, f, 0.5, aux, t)
+                        - eng.router_loss(theta - e, s, rho, m_t, dw_norm, f, 0.5, aux, t)) / (2 * h)
+    np.testing.assert_allclose(grad, fd, atol=1e-8, rtol=1e-6)
+
+
+def test_frozen_router_is_bit_identical(default_result):
+    assert default_result.frozen_drift == 0.0
+    fr = default_result.t_freeze
+    for v, var in enumerate(default_result.variants):
+        if var.terminate:
+            assert np.all((fr[v] == -1) | (fr[v] >= 80 + 3 * var.experts))
+        else:
+            assert np.all(fr[v] == -1)
+    # churn is exactly zero after the freeze in every frozen run of the main variant
+    churn = default_result.churn[0]
+    for s in np.nonzero(fr[0] > 0)[0]:
+        after = default_result.rec_rounds > fr[0, s] + 51
+        assert np.all(churn[s, after] == 0.0)
+
+
+def test_pool_structure():
+    rng = np.random.default_rng(2)
+    W = eng.make_pool(rng, 9, 3, 0.4)
+    assert np.allclose(np.linalg.norm(W[:3], axis=1), 0.4)
+    assert np.all(W[:, eng.R_INFO:] == 0)
+    assert np.max(np.linalg.norm(W[3:] - W[:-3], axis=1)) < 0.4 / 200 * 6  # members stay near their centre
+
+
+def test_bad_pool_rejected():
+    with pytest.raises(ValueError):
+        eng.Config(clusters=5, pool=3)

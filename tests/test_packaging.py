@@ -1,0 +1,26 @@
+"""Deployment files stay in step with pyproject.toml; the CI entry point calls the README's command."""
+
+import tomllib
+
+from engine.registry import ROOT
+
+
+def _reqs(lines):
+    return sorted(line.strip() for line in lines if line.strip() and not line.strip().startswith("#"))
+
+
+def test_requirements_match_pyproject():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert _reqs((ROOT / "requirements.txt").read_text().splitlines()) == sorted(deps)
+    assert "torch==2.13.0" in deps, "torch must stay pinned (an open range pulls a CUDA build)"
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/test.sh" in readme and "bash scripts/test.sh" in ci
+
+
+def test_streamlit_config_caps_uploads():
+    cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert 1 <= cfg["server"]["maxUploadSize"] <= 50

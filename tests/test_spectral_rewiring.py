@@ -1,0 +1,156 @@
+"""spectral-rewiring: claims at the default config + independent checks of the graph helpers."""
+
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from engine import graphs as G
+from engine import spectral_rewiring as eng
+from engine.core import InputError
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    cl = eng.claims(default_result)
+    assert len(cl) == 5
+    failed = [c.describe() + " — " + c.statement for c in cl if not c.passed]
+    assert not failed, failed
+
+
+def test_result_shapes_and_budget(default_result):
+    r = default_result
+    R, M, S = r.gap.shape
+    assert (R, M, S) == (2, len(eng.METHODS), eng.Config().n_seeds)
+    assert np.all(np.isfinite(r.accuracy))
+    b = eng.Config().budget
+    # every rewiring method used the full budget on the default graphs
+    assert np.all(r.n_added[:, 1:] == b) and np.all(r.n_removed[:, 1:] == b)
+    assert np.all(r.n_added[:, 0] == 0)
+
+
+def _random_graphs():
+    rng = np.random.default_rng(7)
+    out = []
+    for n, p in ((15, 0.4), (40, 0.15), (80, 0.08)):
+        A, _ = G.sbm_adjacency([n // 2, n - n // 2], p, p / 4, rng)
+        out.append(A)
+    # two components (spectral gap exactly 0)
+    A1, _ = G.sbm_adjacency([20], 0.5, 0.0, rng)
+    A2, _ = G.sbm_adjacency([25], 0.5, 0.0, rng)
+    out.append(sp.csr_array(sp.block_diag([A1, A2])))
+    return out
+
+
+@pytest.mark.parametrize("idx", range(4))
+def test_spectral_gap_matches_dense_eigvalsh(idx):
+    A = _random_graphs()[idx]
+    d = A.toarray().sum(1)
+    Dm = np.diag(1 / np.sqrt(d))
+    L = np.eye(len(d)) - Dm @ A.toarray() @ Dm
+    ref = np.linalg.eigvalsh(L)[1]
+    assert G.spectral_gap(A) == pytest.approx(max(ref, 0.0), abs=1e-7)
+    assert G.spectral_gap(A.toarray()) == pytest.approx(max(ref, 0.0), abs=1e-7)
+
+
+def test_fiedler_first_order_flip_score():
+    """d lambda_2 / d w_uv for a weight-w edge equals the flip score (checked by finite differences)."""
+    rng = np.random.default_rng(3)
+    A, _ = G.sbm_adjacency([30, 30], 0.25, 0.03, rng)
+    Ad = A.toarray()
+    lam, x = G.fiedler(A)
+    S = eng.flip_scores(x, lam)
+    eps = 1e-5
+    for u, v in [(0, 40), (1, 2), (5, 59), (10, 33)]:
+        B = Ad.copy()
+        B[u, v] += eps
+        B[v, u] += eps
+        d = B.sum(1)
+        Lb = np.eye(60) - B / np.sqrt(np.outer(d, d))
+        fd = (np.linalg.eigvalsh(Lb)[1] - lam) / eps
+        assert fd == pytest.approx(S[u, v], rel=1e-3, abs=1e-6)
+
+
+def test_homophily_matches_direct_count():
+    rng = np.random.default_rng(1)
+    g = G.attributed_sbm(90, 3, 0.2, 0.05, 0.5, 1.0, rng)
+    nxg = nx.from_scipy_sparse_array(g.A)
+    same = sum(1 for u, v in nxg.edges() if g.labels[u] == g.labels[v])
+    assert G.edge_homophily(g.A, g.labels) == pytest.approx(same / nxg.number_of_edges())
+
+
+def test_modularity_matches_networkx():
+    rng = np.random.default_rng(2)
+    A, blocks = G.sbm_adjacency([30, 30, 30], 0.2, 0.03, rng)
+    nxg = nx.from_scipy_sparse_array(A)
+    parts = [set(np.flatnonzero(blocks == b).tolist()) for b in range(3)]
+    assert G.modularity(A, blocks) == pytest.approx(nx.community.modularity(nxg, parts), abs=1e-12)
+
+
+def test_louvain_is_as_good_as_networkx():
+    for s, (pin, pout) in enumerate([(0.12, 0.01), (0.15, 0.03), (0.3, 0.0)]):
+        A, blocks = G.sbm_adjacency([50] * 4, pin, pout, np.random.default_rng(s))
+        ours = G.louvain(A, seed=s)
+        ref = G.louvain_networkx(A, seed=s)
+        assert ours.shape == (200,) and ours.min() == 0
+        assert G.modularity(A, ours) >= G.modularity(A, ref) - 0.02
+
+
+def test_rewiring_methods_respect_their_rules():
+    rng = np.random.default_rng(5)
+    g = G.attributed_sbm(120, 3, 0.15, 0.02, 1.0, 0.8, rng)
+    A, comm = g.A, G.louvain(g.A, seed=0)
+    E = {tuple(e) for e in G.edge_list(A).tolist()}
+    same = comm[:, None] == comm[None, :]
+    # ComMa strengthen: additions inside communities, deletions between them
+    add, rem = eng.comma(A, comm, 20, True, rng)
+    assert all(same[u, v] and (u, v) not in E for u, v in add)
+    assert all((not same[u, v]) and (u, v) in E for u, v in rem)
+    add, rem = eng.comma(A, comm, 20, False, rng)
+    assert all((not same[u, v]) for u, v in add) and all(same[u, v] for u, v in rem)
+    # ComFy keeps the edge count of every community block
+    add, rem = eng.comfy(A, g.X, comm, 20)
+    B = G.apply_edits(A, add, rem)
+    k = comm.max() + 1
+    onehot = np.eye(k)[comm]
+    before = onehot.T @ A.toarray() @ onehot
+    after = onehot.T @ B.toarray() @ onehot
+    assert np.allclose(before, after) and len(add) > 0
+    # FeaSt raises the mean cosine similarity of edges
+    S = eng.cosine_similarity(g.X)
+    add, rem = eng.feast(A, g.X, 20)
+    B = G.apply_edits(A, add, rem)
+    mean_sim = lambda M: np.mean([S[u, v] for u, v in G.edge_list(M)])  # noqa: E731
+    assert mean_sim(B) > mean_sim(A)
+    # greedy spectral moves lambda_2 the requested way and never isolates a node
+    for direction in (+1, -1):
+        add, rem = eng.spectral_greedy(A, 10, direction)
+        B = G.apply_edits(A, add, rem)
+        assert direction * (G.spectral_gap(B) - G.spectral_gap(A)) > 0
+        assert G.degrees(B).min() >= 1
+        assert len(add) == 10 and len(rem) == 10
+
+
+def test_gcn_learns_on_homophilous_graph():
+    rng = np.random.default_rng(0)
+    g = G.attributed_sbm(150, 3, 0.15, 0.01, 1.0, 1.0, rng)
+    perm = rng.permutation(150)
+    out = G.train_gcns([g.A, sp.csr_array((150, 150))], [g.X, g.X], [g.labels, g.labels],
+                       perm[:30], perm[30:60], perm[60:], epochs=100)
+    assert out.test_acc[0] > 0.85          # the graph helps a lot on an aligned SBM
+    assert out.test_acc[0] > out.test_acc[1] + 0.1   # vs the same GCN with no edges (an MLP)
+
+
+def test_too_few_edges_is_a_clear_error():
+    with pytest.raises(InputError):
+        eng.run(eng.Config(n_nodes=100, p_in=0.04, p_out=0.0, n_communities=6, budget=150, n_seeds=1,
+                           epochs=50))
+
+
+def test_config_rejects_p_out_above_p_in():
+    with pytest.raises(ValueError):
+        eng.Config(p_in=0.04, p_out=0.05)
