@@ -18,6 +18,9 @@ import streamlit as st
 
 from engine.core.params import Bool, Choice, Float, Int, ParamError, Text, defaults, widget_specs
 
+# slug -> names of view-only URL parameters (declared by bind_config(views=...) / bind_view)
+VIEW_PARAMS: dict[str, set[str]] = {}
+
 
 def widget_key(slug: str, name: str) -> str:
     return f"{slug}:{name}"
@@ -64,9 +67,14 @@ def _coerce(spec, value: Any, default: Any) -> Any:
         return default
 
 
-def bind_config(config_cls, slug: str, container=None, title: str = "Settings"):
-    """Render the widgets of ``config_cls`` bound to the URL; return (config, notices)."""
+def bind_config(config_cls, slug: str, container=None, title: str = "Settings", views: tuple[str, ...] = ()):
+    """Render the widgets of ``config_cls`` bound to the URL; return the Config.
+
+    ``views`` names the page's view-only URL parameters (see ``bind_view``) so that they are
+    kept in the URL and not reported as unknown.
+    """
     container = container if container is not None else st.sidebar
+    VIEW_PARAMS.setdefault(slug, set()).update(views)
     specs = widget_specs(config_cls)
     base = defaults(config_cls)
     qp = st.query_params
@@ -75,7 +83,8 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings"):
     first = not st.session_state.get(init_flag, False)
 
     if first:
-        known = set(specs)
+        st.session_state[f"{slug}::initial_qp"] = {k: qp.get(k) for k in qp.keys()}
+        known = set(specs) | set(VIEW_PARAMS.get(slug, ()))
         for name in qp.keys():
             if name not in known:
                 notices.append(f"`{str(name)[:40]}` is not a setting of this page and was ignored")
@@ -115,6 +124,9 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings"):
             st.session_state[widget_key(slug, name)] = getattr(cfg, name)
 
     params = {name: specs[name].to_str(getattr(cfg, name)) for name in specs}
+    for k in VIEW_PARAMS.get(slug, ()):          # view-only widgets keep their own URL entries
+        if k in qp:
+            params[k] = qp.get(k)
     if dict(qp.to_dict()) != params:
         qp.from_dict(params)
     if notices:
@@ -123,11 +135,42 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings"):
     return cfg
 
 
+def bind_view(slug: str, name: str, spec, container=None, default=None) -> Any:
+    """A widget that changes only how results are drawn, not what is computed.
+
+    It is not a Config field (changing it does not recompute), but it is bound to the URL like
+    one, so a shared link also reproduces the chosen view. Call it after ``bind_config``.
+    """
+    container = container if container is not None else st
+    VIEW_PARAMS.setdefault(slug, set()).add(name)
+    key = widget_key(slug, name)
+    if default is None:
+        default = spec.options[0] if isinstance(spec, Choice) else spec.lo if isinstance(spec, Int | Float) else ""
+    if key not in st.session_state:
+        initial = st.session_state.get(f"{slug}::initial_qp", {})
+        raw = initial.get(name, st.query_params.get(name))
+        value = default
+        if raw is not None:
+            try:
+                value = spec.parse(raw)
+            except ParamError as e:
+                st.warning(f"`{name}`: {e}; using the default ({spec.to_str(default)})",
+                           icon=":material/link_off:")
+        st.session_state[key] = value
+    else:
+        st.session_state[key] = _coerce(spec, st.session_state[key], default)
+    value = _render(spec, key, container)
+    if st.query_params.get(name) != spec.to_str(value):
+        st.query_params[name] = spec.to_str(value)
+    return value
+
+
 def share_link(config, container=None) -> str:
     """Show the shareable URL of the current view; return its query string."""
     container = container if container is not None else st.sidebar
     specs = widget_specs(type(config))
-    query = urlencode({name: specs[name].to_str(getattr(config, name)) for name in specs})
+    query = urlencode({k: st.query_params.get(k) for k in st.query_params.keys()}
+                      or {name: specs[name].to_str(getattr(config, name)) for name in specs})
     base = ""
     try:
         url = getattr(st.context, "url", None)

@@ -485,10 +485,23 @@ def _operators(evecs, mass, F, k, comm_cols):
 
 
 def source_colours(verts: np.ndarray) -> np.ndarray:
-    """A smooth RGB texture on the source: each channel a normalised coordinate."""
-    lo, hi = verts.min(0), verts.max(0)
-    rgb = (verts - lo) / np.maximum(hi - lo, 1e-12)
-    return 0.15 + 0.8 * rgb
+    """A smooth, vivid RGB texture on the source: hue along the longest axis, saturation and
+    brightness along the other two (so left/right and top/bottom read differently)."""
+    centred = verts - verts.mean(0)
+    _, _, axes = np.linalg.svd(centred, full_matrices=False)
+    local = centred @ axes.T
+    lo, hi = local.min(0), local.max(0)
+    t = (local - lo) / np.maximum(hi - lo, 1e-12)
+    h, sat, val = 0.85 * t[:, 0], 0.45 + 0.55 * t[:, 1], 0.55 + 0.45 * t[:, 2]
+    i = np.floor(h * 6).astype(int) % 6
+    f = h * 6 - np.floor(h * 6)
+    p, q, r = val * (1 - sat), val * (1 - f * sat), val * (1 - (1 - f) * sat)
+    table = [(val, r, p), (q, val, p), (p, val, r), (p, q, val), (r, p, val), (val, p, q)]
+    rgb = np.zeros((len(verts), 3))
+    for j, (a, b, c) in enumerate(table):
+        sel = i == j
+        rgb[sel] = np.stack([a[sel], b[sel], c[sel]], axis=1)
+    return rgb
 
 
 def match(cfg: Config, src: Mesh, tgt: Mesh, truth: np.ndarray | None, progress=None,
@@ -1065,7 +1078,7 @@ def bent_copy(mesh: Mesh, cfg: Config, rng: np.random.Generator) -> tuple[Mesh, 
 
 def load_upload(payload: bytes, cfg: Config) -> tuple[Mesh, Mesh, np.ndarray | None, list[str], tuple]:
     files = unpack_upload(payload)
-    notes: list[str] = []
+    notes: list[str] = ["uploaded meshes: the shape, vertex-count and re-tessellation settings do not apply"]
     meshes = []
     for name, data in files:
         v, f = parse_mesh(name, data)

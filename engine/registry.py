@@ -99,7 +99,7 @@ PAPERS: list[Paper] = [
           "distil MBR choices back into greedy decoding with DPO.", arxiv="2410.02902"),
     Paper("docvqa-mia", "DocMIA: Document-Level Membership Inference Attacks against DocVQA Models", L,
           "Tell whether a document was in training from how quickly it can be fitted and from "
-          "output behaviour, without auxiliary data."),
+          "output behaviour, without auxiliary data.", page="pages/docvqa_mia.py", module="engine.docvqa_mia"),
     # --- RL & control
     Paper("residual-mppi", "Residual-MPPI: Online Policy Customization for Continuous Control", R,
           "Plan around a prior policy with MPPI, adding its log-likelihood to a new objective, to "
@@ -121,7 +121,8 @@ PAPERS: list[Paper] = [
           "predicates.", arxiv="2410.11689"),
     Paper("gap-dependent-q", "Gap-Dependent Bounds for Q-Learning using Reference-Advantage Decomposition", R,
           "With a positive suboptimality gap, the regret of advantage-based Q-learning grows "
-          "only like log T.", arxiv="2410.07574"),
+          "only like log T.", arxiv="2410.07574",
+          page="pages/gap_dependent_q.py", module="engine.gap_dependent_q"),
     # --- generative & transport
     Paper("rfwave", "RFWave: Multi-band Rectified Flow for Audio Waveform Reconstruction", G,
           "A rectified flow generates complex STFT frames of all sub-bands from mel in about ten "
@@ -136,7 +137,8 @@ PAPERS: list[Paper] = [
           "regularised unbalanced OT.", openreview="gQlxd3Mtru"),
     Paper("unbalanced-fm", "Composing Unbalanced Flows for Flexible Docking and Relaxation", G,
           "Flow matching on an unbalanced coupling trades sample efficiency for a more accurate "
-          "transport.", openreview="gHLWTzKiZV"),
+          "transport.", openreview="gHLWTzKiZV",
+          page="pages/unbalanced_fm.py", module="engine.unbalanced_fm"),
     Paper("tabwak", "TabWak: A Watermark for Tabular Diffusion Models", G,
           "Watermark synthetic tables through self-cloned, shuffled latent seeds and detect it by "
           "inverting rows to latents."),
@@ -158,7 +160,8 @@ PAPERS: list[Paper] = [
           "no detector wins everywhere.", arxiv="2406.15523"),
     Paper("mixture-of-graphs", "Graph Sparsification via Mixture of Graphs", GR,
           "Each node picks among sparsifier experts; the mixed sparse graph keeps GNN accuracy "
-          "and speeds up inference.", arxiv="2405.14260"),
+          "and speeds up inference.", arxiv="2405.14260",
+          page="pages/mixture_of_graphs.py", module="engine.mixture_of_graphs"),
     Paper("jl-dynamic-graph-metric", "Quality Measures for Dynamic Graph Generative Models", GR,
           "Random projections of event streams give a scalar metric between dynamic graphs with "
           "no snapshots.", arxiv="2503.01720",
@@ -180,7 +183,8 @@ PAPERS: list[Paper] = [
     Paper("qnn-ansatz", "Exploring channel distinguishability in local neighborhoods of the model space in "
           "quantum neural networks", T,
           "How distinguishable a QNN's output states are under small parameter changes, versus "
-          "how close the ansatz is to a 2-design.", arxiv="2410.09470"),
+          "how close the ansatz is to a 2-design.", arxiv="2410.09470",
+          page="pages/qnn_ansatz.py", module="engine.qnn_ansatz"),
     Paper("mup-local-learning", "Local Loss Optimization in the Infinite Width: Stable Parameterization of "
           "Predictive Coding Networks and Target Propagation", T,
           "Under muP the best learning rate of predictive coding and target propagation transfers "

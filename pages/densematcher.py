@@ -9,6 +9,7 @@ from plotly.subplots import make_subplots
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import densematcher as eng
+from engine.core.params import Choice
 
 SLUG = "densematcher"
 
@@ -36,7 +37,7 @@ layout.paper_header(
     ),
 )
 
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("view",))
 state.share_link(cfg)
 layout.device_indicator()
 
@@ -115,9 +116,15 @@ def _pair_figure(left, right, titles, height=460):
         fig.add_trace(trace, row=1, col=1)
     for trace in right:
         fig.add_trace(trace, row=1, col=2)
-    scene = dict(aspectmode="data", xaxis=dict(visible=False), yaxis=dict(visible=False),
-                 zaxis=dict(visible=False), camera=dict(eye=dict(x=0.3, y=-1.9, z=0.9)))
-    fig.update_layout(scene=scene, scene2=scene, showlegend=False, margin=dict(l=0, r=0, t=40, b=0))
+    scenes = {}
+    for name, traces in (("scene", left), ("scene2", right)):
+        pts = np.concatenate([np.stack([t.x, t.y, t.z], axis=1) for t in traces])
+        ext = np.ptp(pts, axis=0)
+        ratio = ext / max(float(ext.max()), 1e-9)                 # longest side 1: the view fits it
+        scenes[name] = dict(aspectmode="manual", aspectratio=dict(x=ratio[0], y=ratio[1], z=ratio[2]),
+                            xaxis=dict(visible=False), yaxis=dict(visible=False), zaxis=dict(visible=False),
+                            camera=dict(eye=dict(x=0.25, y=-1.45, z=0.45)))
+    fig.update_layout(**scenes, showlegend=False, margin=dict(l=0, r=0, t=40, b=0))
     return charts.themed(fig, None, height)
 
 
@@ -132,8 +139,10 @@ st.caption("Left: the source, painted with a smooth colour field. Right: the tar
 views = ["refined", "initial", "xyz"] + (["error"] if res.has_truth else [])
 view_names = {"refined": "Functional map (refined)", "initial": "Initial map (before refinement)",
               "xyz": "Baseline: nearest vertex in xyz", "error": "Geodesic error"}
-view = st.segmented_control("Colour the target through", views, format_func=view_names.get, default="refined",
-                            key=f"{SLUG}:view") or "refined"
+view = state.bind_view(SLUG, "view", Choice(("refined", "initial", "xyz", "error"), "Colour the target through",
+                                           widget="radio", labels=tuple(view_names.values())), default="refined")
+if view not in views:  # the error view needs a known ground truth
+    view = "refined"
 if view == "error":
     ev = res.eval_idx
     cmax = max(0.1, float(np.quantile(res.err_xyz, 0.95)))
@@ -198,9 +207,10 @@ with right:
         curves = {name: (err[None, :] <= eps[:, None]).mean(1)
                   for name, err in (("refined", res.err_final), ("initial", res.err_init),
                                     ("xyz nearest neighbour", res.err_xyz))}
-        charts.show(charts.lines(eps, curves, title="Share of matches within a geodesic error",
-                                 xlabel="error / geodesic diameter", ylabel="share of target vertices"),
-                    key="cumerr")
+        fig = charts.lines(eps, curves, title="Share of matches within a geodesic error",
+                           xlabel="error / geodesic diameter", ylabel="share of target vertices")
+        fig.update_layout(legend=dict(orientation="v", x=0.98, xanchor="right", y=0.05, yanchor="bottom"))
+        charts.show(fig, key="cumerr")
         download.download_csv(pd.DataFrame({"eval_vertex": res.eval_idx, "err_refined": res.err_final,
                                             "err_initial": res.err_init, "err_xyz": res.err_xyz}),
                               "densematcher_errors.csv")

@@ -148,3 +148,17 @@ def test_page_hostile_url_params(paper):
     _no_exception(at)
     assert at.warning, "a notice must say which parameters were ignored"
     assert any("Claims" in s.value for s in at.subheader)
+
+
+def test_view_only_widget_is_bound_to_the_url():
+    """A view-only widget (state.bind_view) is restored from a link and kept in the URL."""
+    paper = next((p for p in BUILT if p.slug == "densematcher"), None)
+    if paper is None:
+        pytest.skip("densematcher page not built")
+    at = _open(paper, {"view": "xyz"})
+    _no_exception(at)
+    assert not at.warning, [w.value for w in at.warning]
+    assert _widget(at, "densematcher:view").value == "xyz"
+    _widget(at, "densematcher:view").set_value("initial")
+    at.run()
+    assert at.query_params["view"] in ("initial", ["initial"])
