@@ -1,0 +1,399 @@
+"""Gap-dependent regret of optimistic tabular Q-learning (UCB-Hoeffding vs UCB-Advantage).
+
+Finite-horizon tabular MDPs with S states, A actions, horizon H; K episodes, T = K H.
+Ground truth by backward value iteration; the regret of episode k is the exact
+V*_1(s_1) - V^{pi_k}_1(s_1) of the greedy policy pi_k used in that episode (policy evaluation,
+no sampling noise). Everything is vectorised over a leading batch axis that holds
+(gap value x seed): one numpy op serves every MDP instance at once.
+
+UCB-Hoeffding (Jin et al. 2018): per-visit update with alpha_t = (H+1)/(H+t) and a
+Hoeffding bonus c sqrt(H^3 iota / t).
+
+UCB-Advantage (Zhang, Zhou & Ji 2020): per-(h,s,a) stages of geometrically growing length
+(e_1 = H, e_{j+1} = floor((1 + 1/H) e_j)); Q and V change only at stage ends, using the
+minimum of a plain stage-average estimate and a reference-advantage estimate with a
+Bernstein-style bonus. The reference value V^ref_h(s) is settled once, when the visits of
+(h, s) first reach N_0.
+
+Pure numpy, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.core import Choice, Claim, Float, InputError, Int, param, seed_everything
+from engine.core.progress import report
+
+ALGOS = ("UCB-Hoeffding", "UCB-Advantage")
+FAMILIES = ("gap", "deterministic", "random")
+P_FAIL = 0.1
+
+
+@dataclass(frozen=True)
+class Config:
+    gap: float = param(0.25, Float(0.02, 0.5, "Gap Δ", step=0.01,
+                                   help="Every suboptimal action is worse than the best one by exactly Δ"))
+    gap2: float = param(0.1, Float(0.02, 0.5, "Second gap (comparison)", step=0.01,
+                                   help="A second batch of MDPs with this gap, for the 1/Δ comparison"))
+    family: str = param("gap", Choice(FAMILIES, "MDP family", widget="radio",
+                                      labels=("gap-controlled", "deterministic transitions", "random"),
+                                      help="Random MDPs ignore the gap sliders (their Δ_min is shown)"))
+    n_states: int = param(3, Int(2, 10, "States S"))
+    n_actions: int = param(2, Int(2, 5, "Actions A"))
+    horizon: int = param(3, Int(2, 6, "Horizon H"))
+    episodes: int = param(10_000, Int(2_000, 50_000, "Episodes K", step=1_000))
+    bonus: float = param(0.1, Float(0.01, 1.0, "Bonus multiplier c", step=0.01,
+                                    help="Scales every confidence bonus; c = 1 is the theory's constant"))
+    ref_mult: float = param(1.0, Float(0.1, 10.0, "Reference threshold multiplier", step=0.1,
+                                       help="N_0 = multiplier × c × S A H² ι visits settle V^ref"))
+    n_seeds: int = param(8, Int(2, 16, "Seeds per gap",
+                                 help="Independent MDPs per gap, run in one batch (costs almost nothing extra)"))
+    seed: int = param(0, Int(0, 9, "Seed"))
+
+    def __post_init__(self):
+        if self.family != "random" and abs(self.gap - self.gap2) < 0.03:
+            raise ValueError("the two gaps must differ by at least 0.03")
+
+
+@dataclass
+class Result:
+    gaps: np.ndarray            # (G,) gap of each group (nan for random MDPs)
+    grid: np.ndarray            # (P,) episode indices (1-based) for the curves
+    regret: np.ndarray          # (2, G, P) seed-mean cumulative regret per algorithm
+    regret_seeds: np.ndarray    # (2, G, n_seeds) final regret per seed
+    switches: np.ndarray        # (2, G, P) seed-mean cumulative policy switches
+    doublings: np.ndarray       # (D,) K / 2^j end points of the doubling bars
+    per_doubling: np.ndarray    # (2, G, D) regret added in each doubling
+    subopt_visits: np.ndarray   # (2, H, S) fraction of suboptimal actions in the last 10 % (first group)
+    table: list = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- MDPs and exact evaluation
+
+
+def make_mdps(family: str, gaps, n_seeds: int, S: int, A: int, H: int, rng: np.random.Generator):
+    """Batch of MDPs: P (B,H,S,A,S), R (B,H,S,A), and the gap of each batch entry (B,).
+
+    Seeds share transitions across the gap groups (seed j sees the same dynamics at both gaps).
+    """
+    G = len(gaps)
+    Ps, Rs, gs = [], [], []
+    base = []
+    for _ in range(n_seeds):
+        if family == "random":
+            base.append((rng.dirichlet(np.full(S, 0.5), size=(H, S, A)), rng.uniform(size=(H, S, A)), None))
+        else:
+            if family == "deterministic":
+                nxt = rng.integers(0, S, size=(H, S))
+                P1 = np.eye(S)[nxt]
+            else:
+                P1 = rng.dirichlet(np.ones(S), size=(H, S))
+            best = rng.integers(0, A, size=(H, S))
+            base.append((np.repeat(P1[:, :, None, :], A, axis=2), None, best))
+    for gi in range(G):
+        for j in range(n_seeds):
+            P, R, best = base[j]
+            if family == "random":
+                # the second "group" is a fresh draw so both groups are random MDPs
+                if gi > 0:
+                    P = rng.dirichlet(np.full(S, 0.5), size=(H, S, A))
+                    R = rng.uniform(size=(H, S, A))
+                gs.append(np.nan)
+            else:
+                g = gaps[gi]
+                R = np.full((H, S, A), 0.5 - g / 2)
+                np.put_along_axis(R, best[..., None], 0.5 + g / 2, axis=-1)
+                gs.append(g)
+            Ps.append(P)
+            Rs.append(R)
+    return np.stack(Ps), np.stack(Rs), np.array(gs)
+
+
+def value_iteration(P: np.ndarray, R: np.ndarray):
+    """Backward induction. Returns Q* (B,H,S,A), V* (B,H+1,S)."""
+    B, H, S, A, _ = P.shape
+    V = np.zeros((B, H + 1, S))
+    Q = np.zeros((B, H, S, A))
+    for h in range(H - 1, -1, -1):
+        Q[:, h] = R[:, h] + np.einsum("bsat,bt->bsa", P[:, h], V[:, h + 1])
+        V[:, h] = Q[:, h].max(-1)
+    return Q, V
+
+
+def evaluate_policy(P: np.ndarray, R: np.ndarray, pi: np.ndarray) -> np.ndarray:
+    """Exact V^pi (B,H+1,S) of a deterministic policy pi (B,H,S) of action indices."""
+    B, H, S, A, _ = P.shape
+    V = np.zeros((B, H + 1, S))
+    rows = (np.arange(B * H * S) * A + pi.reshape(-1))
+    r = R.reshape(-1)[rows].reshape(B, H, S)
+    Pp = P.reshape(-1, S)[rows].reshape(B, H, S, S)
+    for h in range(H - 1, -1, -1):
+        V[:, h] = r[:, h] + (Pp[:, h] * V[:, h + 1][:, None, :]).sum(-1)
+    return V
+
+
+def gap_stats(Qs: np.ndarray, Vs: np.ndarray, P: np.ndarray):
+    """Δ_min (min positive gap) and max conditional variance of V*_{h+1}, per batch entry."""
+    gaps = Vs[:, :-1, :, None] - Qs
+    pos = np.where(gaps > 1e-9, gaps, np.inf)
+    dmin = pos.reshape(len(Qs), -1).min(1)
+    nxt = Vs[:, 1:, None, None, :]
+    mean = (P * nxt).sum(-1)
+    var = (P * nxt**2).sum(-1) - mean**2
+    return dmin, np.clip(var, 0, None).reshape(len(Qs), -1).max(1)
+
+
+def stage_lengths(H: int, n: int) -> np.ndarray:
+    """First n stage lengths of UCB-Advantage: e_1 = H, e_{j+1} = floor((1 + 1/H) e_j)."""
+    out = [H]
+    for _ in range(n - 1):
+        out.append(int(np.floor((1 + 1 / H) * out[-1])))
+    return np.array(out)
+
+
+def hoeffding_weights(t: int, H: int) -> np.ndarray:
+    """Effective weights alpha_t^i = alpha_i prod_{j>i} (1 - alpha_j), i = 1..t (Jin et al.)."""
+    a = (H + 1) / (H + np.arange(1, t + 1))
+    w = a.copy()
+    for i in range(t):
+        w[i] *= np.prod(1 - a[i + 1:])
+    return w
+
+
+# ----------------------------------------------------------------------------- learners
+
+
+def _run_algo(algo: str, P, R, Vstar1, K, c, iota, N0, rng, progress, span, best_mask, n_first):
+    """Run one algorithm on the whole batch.
+
+    Returns per-episode exact regret (K,B), policy-switch flags (K,B), the fraction of
+    suboptimal actions per (h,s) over the last 10 % of episodes (first gap group), final Q, V.
+    All per-step work uses flat indices into contiguous arrays (one fancy index per quantity).
+    """
+    B, H, S, A, _ = P.shape
+    b_idx = np.arange(B)
+    Hf = float(H)
+    Q = np.full((B, H, S, A), Hf)
+    V = np.full((B, H + 1, S), Hf)
+    V[:, H] = 0.0
+    Qf, Q2, Vf = Q.reshape(-1), Q.reshape(B * H * S, A), V.reshape(-1)
+    # cumulative transition rows shifted by their row index: one global searchsorted samples s'
+    CP2 = np.cumsum(P, axis=-1).reshape(B * H * S * A, S)
+    CP2[:, -1] = 1.0
+    CPg = (CP2 + np.arange(B * H * S * A)[:, None]).reshape(-1)
+    Rf = R.reshape(-1)
+    bestf = best_mask.reshape(-1)
+    N = np.zeros(B * H * S * A)
+    hoef = algo == "UCB-Hoeffding"
+    if not hoef:
+        # all-time count, within-stage count and sums of V', V'-Vref', (V'-Vref')^2; all-time Vref', Vref'^2
+        n_all, n_st, v_st, mu_st, sig_st, mu_ref, sig_ref = (np.zeros(B * H * S * A) for _ in range(7))
+        stage_len = np.full(B * H * S * A, Hf)
+        Vref = np.full((B, H + 1, S), Hf)
+        Vref[:, H] = 0.0
+        Vreff = Vref.reshape(-1)
+        settled = np.zeros(B * H * S, bool)
+        Nhs = np.zeros(B * H * S)
+        i34 = iota ** 0.75
+    regret = np.zeros((K, B))
+    switched = np.zeros((K, B), bool)
+    last10 = max(1, K // 10)
+    sub_visits = np.zeros(H * S)
+    all_visits = np.zeros(H * S)
+    pi_prev = None
+    reg_prev = None
+    U = rng.uniform(size=(K, H, B))
+    hs_base = [(b_idx * H + h) * S for h in range(H)]
+    v_base = [(b_idx * (H + 1) + h + 1) * S for h in range(H)]
+    first = slice(0, n_first)
+    for k in range(K):
+        pi = Q.argmax(-1)                                   # ties -> lowest index
+        if pi_prev is None or (pi != pi_prev).any():
+            if pi_prev is not None:
+                switched[k] = (pi != pi_prev).reshape(B, -1).any(1)
+            reg_prev = Vstar1 - evaluate_policy(P, R, pi)[:, 0, 0]
+            pi_prev = pi
+        regret[k] = reg_prev
+        pif = pi.reshape(-1)
+        s = np.zeros(B, dtype=np.int64)
+        track = k >= K - last10
+        for h in range(H):
+            hs = hs_base[h] + s
+            a = pif[hs]
+            ix = hs * A + a
+            r = Rf[ix]
+            s2 = np.searchsorted(CPg, ix + U[k, h], side="right") - ix * S
+            np.minimum(s2, S - 1, out=s2)
+            vix = v_base[h] + s2
+            vn = Vf[vix]
+            if track:
+                np.add.at(sub_visits, h * S + s[first], ~bestf[ix[first]])
+                np.add.at(all_visits, h * S + s[first], 1.0)
+            if hoef:
+                t = N[ix] + 1.0
+                N[ix] = t
+                al = (Hf + 1.0) / (Hf + t)
+                Qf[ix] = (1 - al) * Qf[ix] + al * (r + vn + c * np.sqrt(Hf**3 * iota / t))
+                Vf[v_base[h] - S + s] = np.minimum(Hf, Q2[hs].max(-1))
+            else:
+                vr = Vreff[vix]
+                d = vn - vr
+                n_all[ix] += 1.0
+                nc_now = n_st[ix] + 1.0
+                n_st[ix] = nc_now
+                v_st[ix] += vn
+                mu_st[ix] += d
+                sig_st[ix] += d * d
+                mu_ref[ix] += vr
+                sig_ref[ix] += vr * vr
+                Nhs[hs] += 1.0
+                end = nc_now >= stage_len[ix]
+                if end.any():
+                    je = ix[end]
+                    n, nc, sv, smu, ssig = n_all[je], n_st[je], v_st[je], mu_st[je], sig_st[je]
+                    sref, sref2 = mu_ref[je], sig_ref[je]
+                    b1 = 2 * c * np.sqrt(Hf * Hf * iota / nc)
+                    var_ref = np.clip(sref2 / n - (sref / n) ** 2, 0, None)
+                    var_adv = np.clip(ssig / nc - (smu / nc) ** 2, 0, None)
+                    b2 = c * (2 * np.sqrt(var_ref * iota / n) + 2 * np.sqrt(var_adv * iota / nc)
+                              + 5 * (Hf * iota / n + Hf * iota / nc + Hf * i34 / n**0.75 + Hf * i34 / nc**0.75))
+                    re = r[end]
+                    Qf[je] = np.minimum(np.minimum(re + sv / nc + b1, re + sref / n + smu / nc + b2), Qf[je])
+                    he = hs[end]
+                    Vf[v_base[h][end] - S + s[end]] = Q2[he].max(-1)
+                    n_st[je] = v_st[je] = mu_st[je] = sig_st[je] = 0.0
+                    stage_len[je] = np.floor((1 + 1 / Hf) * stage_len[je])
+                newly = (~settled[hs]) & (Nhs[hs] >= N0)
+                if newly.any():
+                    he = hs[newly]
+                    Vreff[v_base[h][newly] - S + s[newly]] = Vf[v_base[h][newly] - S + s[newly]]
+                    settled[he] = True
+            s = s2
+        if k % 500 == 0:
+            report(progress, span[0] + (span[1] - span[0]) * (k + 1) / K, f"{algo}: episode {k + 1}/{K}")
+    frac = np.where(all_visits > 0, sub_visits / np.maximum(all_visits, 1), np.nan).reshape(H, S)
+    return regret, switched, frac, Q, V
+
+
+def _grid(K: int, n: int = 160) -> np.ndarray:
+    g = np.unique(np.round(np.geomspace(1, K, n)).astype(int))
+    extra = [K // 16, K // 4, K // 2, K] + [K >> j for j in range(1, 12) if (K >> j) >= 8]
+    return np.unique(np.concatenate([g, extra]))
+
+
+def run(config: Config, progress=None) -> Result:
+    rng = seed_everything(config.seed)
+    S, A, H, K = config.n_states, config.n_actions, config.horizon, config.episodes
+    if S * A * H > 300:
+        raise InputError("S × A × H is capped at 300 state-action-steps to keep the run live")
+    gaps = [config.gap, config.gap2] if config.family != "random" else [np.nan, np.nan]
+    G = len(gaps)
+    P, R, gvec = make_mdps(config.family, gaps, config.n_seeds, S, A, H, rng)
+    Qs, Vs = value_iteration(P, R)
+    dmin, qvar = gap_stats(Qs, Vs, P)
+    Vstar1 = Vs[:, 0, 0]
+    T = K * H
+    iota = float(np.log(2 * S * A * T / P_FAIL))
+    N0 = max(1.0, config.ref_mult * config.bonus * S * A * H * H * iota)
+    best_mask = Qs >= Vs[:, :-1, :, None] - 1e-9
+    grid = _grid(K)
+    out_reg, out_sw, out_fin, out_sub = [], [], [], []
+    for ai, algo in enumerate(ALGOS):
+        span = (ai / len(ALGOS), (ai + 1) / len(ALGOS))
+        reg, sw, frac, _, _ = _run_algo(algo, P, R, Vstar1, K, config.bonus, iota, N0, rng, progress, span,
+                                       best_mask, config.n_seeds)
+        cum = np.cumsum(reg, axis=0)                    # (K, B)
+        csw = np.cumsum(sw, axis=0)
+        cum_g = cum.reshape(K, G, config.n_seeds)
+        out_reg.append(cum_g.mean(-1).T[:, grid - 1])
+        out_sw.append(csw.reshape(K, G, config.n_seeds).mean(-1).T[:, grid - 1])
+        out_fin.append(cum_g[-1])
+        out_sub.append(frac)
+    regret = np.stack(out_reg)
+    switches = np.stack(out_sw)
+    # doubling bars: regret added in (K/2^{j+1}, K/2^j]
+    ends = [K >> j for j in range(0, 12) if (K >> j) >= 8][::-1]
+    ends = np.array(ends)
+    idx = np.searchsorted(grid, ends)
+    at_ends = regret[:, :, idx]
+    per_doubling = np.diff(np.concatenate([np.zeros(regret.shape[:2] + (1,)), at_ends], axis=-1), axis=-1)
+
+    def val(arr, ai, gi, k):
+        return float(arr[ai, gi, np.searchsorted(grid, k)])
+
+    m: dict[str, float] = {"K": K, "iota": iota, "N0": N0, "S": S, "A": A, "H": H,
+                           "family_random": float(config.family == "random")}
+    for ai in range(len(ALGOS)):
+        tag = "hoef" if ai == 0 else "adv"
+        for gi in range(G):
+            rK, r2, r4 = val(regret, ai, gi, K), val(regret, ai, gi, K // 2), val(regret, ai, gi, K // 4)
+            r16 = val(regret, ai, gi, K // 16)
+            # growth of the regret added per doubling of K, averaged over the last two doublings
+            m[f"rho_{tag}_{gi}"] = float(np.sqrt(max(rK - r4, 0.0) / max(r4 - r16, 1e-9)))
+            m[f"rho1_{tag}_{gi}"] = (rK - r2) / max(r2 - r4, 1e-9)
+            m[f"late_{tag}_{gi}"] = rK - r4
+            m[f"regret_{tag}_{gi}"] = rK
+            m[f"switches_{tag}_{gi}"] = val(switches, ai, gi, K)
+            s1, s2_, s4 = val(switches, ai, gi, K), val(switches, ai, gi, K // 2), val(switches, ai, gi, K // 4)
+            m[f"sw_incr_ratio_{tag}_{gi}"] = (s1 - s2_) / max(s2_ - s4, 1e-9)
+    if config.family != "random":
+        small = int(np.argmin(gaps))
+        large = 1 - small
+        m["small_gap_idx"], m["large_gap_idx"] = small, large
+        for tag in ("hoef", "adv"):
+            m[f"gap_ratio_{tag}"] = m[f"late_{tag}_{small}"] / max(m[f"late_{tag}_{large}"], 1e-9)
+    m["switch_ratio"] = m["switches_adv_0"] / max(m["switches_hoef_0"], 1e-9)
+    table = []
+    for gi in range(G):
+        sl = slice(gi * config.n_seeds, (gi + 1) * config.n_seeds)
+        dm = float(np.mean(dmin[sl]))
+        qv = float(np.max(qvar[sl]))
+        table.append({
+            "group": f"Δ = {gaps[gi]:.2f}" if config.family != "random" else f"random draw {gi + 1}",
+            "Δ_min (seed mean)": dm, "max conditional variance Q*": qv,
+            "N_0": N0, "ι": iota,
+            "log(SAT)/Δ_min": float(np.log(S * A * T) / dm) if np.isfinite(dm) else np.nan,
+            "final regret UCB-Hoeffding": m[f"regret_hoef_{gi}"],
+            "final regret UCB-Advantage": m[f"regret_adv_{gi}"],
+            "switches UCB-Hoeffding": m[f"switches_hoef_{gi}"],
+            "switches UCB-Advantage": m[f"switches_adv_{gi}"],
+        })
+    report(progress, 1.0, "done")
+    return Result(gaps=np.array(gaps, float), grid=grid, regret=regret, regret_seeds=np.stack(out_fin),
+                  switches=switches, doublings=ends, per_doubling=per_doubling,
+                  subopt_visits=np.stack(out_sub), table=table, metrics=m)
+
+
+def claims(result: Result) -> list[Claim]:
+    m = result.metrics
+    g0 = result.gaps[0]
+    where = f"Δ = {g0:.2f}" if np.isfinite(g0) else "first random draw"
+    out = []
+    for tag, name in (("hoef", "UCB-Hoeffding"), ("adv", "UCB-Advantage")):
+        out.append(Claim(
+            f"With a positive gap, {name}'s regret grows like log T, not √T",
+            measured=m[f"rho_{tag}_0"], op="<=", threshold=1.2, label=f"doubling ratio ρ ({name})",
+            detail=f"{where}: ρ = √([R(K)−R(K/4)] / [R(K/4)−R(K/16)]), the growth of the regret added per "
+                   "doubling of K; log T gives ≈1, √T gives 1.41, linear 2",
+            fmt=".2f"))
+    if not m["family_random"]:
+        s, lg = int(m["small_gap_idx"]), int(m["large_gap_idx"])
+        for tag, name in (("hoef", "UCB-Hoeffding"), ("adv", "UCB-Advantage")):
+            out.append(Claim(
+                f"Smaller gaps cost more regret ({name})",
+                measured=m[f"gap_ratio_{tag}"], op=">=", threshold=1.3, label="late-regret ratio small/large Δ",
+                detail=f"R(K)−R(K/4) at Δ = {result.gaps[s]:.2f} over the same at Δ = {result.gaps[lg]:.2f}",
+                fmt=".2f"))
+    out.append(Claim(
+        "Stage-based updates make UCB-Advantage switch policy far less often than UCB-Hoeffding",
+        measured=m["switch_ratio"], op="<=", threshold=0.3, label="switches Advantage / Hoeffding",
+        detail=f"{where}, cumulative over K episodes", fmt=".3f"))
+    out.append(Claim(
+        "UCB-Advantage's policy switching grows logarithmically",
+        measured=m["sw_incr_ratio_adv_0"], op="<=", threshold=1.2, label="switch increment, last / previous doubling",
+        detail=f"{where}; a linear switching cost gives 2", fmt=".2f"))
+    return out

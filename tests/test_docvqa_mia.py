@@ -1,0 +1,116 @@
+import numpy as np
+import pytest
+import torch
+from sklearn.cluster import KMeans
+from sklearn.metrics import roc_auc_score
+
+from engine import docvqa_mia as eng
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    for c in eng.claims(default_result):
+        assert c.passed, c.describe()
+
+
+def test_closed_form_matches_autograd_descent():
+    rng = np.random.default_rng(0)
+    P, H, V = 6, 64, 64
+    h = np.abs(rng.normal(size=(P, H))) * 0.3
+    W0, b0 = rng.normal(size=(V, H)) * 0.1, rng.normal(size=V) * 0.1
+    read = rng.normal(size=(P, V))
+    z0 = h @ W0.T + b0 + read
+    y = rng.integers(0, V, P)
+    lr, tau, smax = 0.1, 0.1, 200
+    steps, dist, _ = eng.fit_features(h, z0, y, lr, tau, smax)
+    for i in range(P):
+        W = torch.tensor(W0, requires_grad=True)
+        b = torch.tensor(b0, requires_grad=True)
+        hi, ri = torch.tensor(h[i]), torch.tensor(read[i])
+        s = smax
+        for t in range(smax + 1):
+            loss = torch.nn.functional.cross_entropy((W @ hi + b + ri)[None], torch.tensor([int(y[i])]))
+            if loss.item() < tau:
+                s = t
+                break
+            if t == smax:
+                break
+            W.grad = b.grad = None
+            loss.backward()
+            with torch.no_grad():
+                W -= lr * W.grad
+                b -= lr * b.grad
+        d = np.sqrt(np.sum((W.detach().numpy() - W0) ** 2) + np.sum((b.detach().numpy() - b0) ** 2))
+        assert steps[i] == s
+        assert dist[i] == pytest.approx(d, rel=1e-6, abs=1e-9)
+
+
+def test_already_fitted_pairs_give_zero():
+    z0 = np.zeros((3, 5))
+    z0[0, 2] = 20.0  # loss ≈ 0 < τ
+    steps, dist, _ = eng.fit_features(np.ones((3, 4)), z0, np.array([2, 1, 0]), 0.1, 0.1, 50)
+    assert steps[0] == 0 and dist[0] == 0.0
+    assert steps[1] > 0 and dist[1] > 0
+
+
+def test_kmeans_and_roc_match_sklearn(default_result):
+    r = default_result
+    X = r.desc_white
+    Xs = (X - X.mean(0)) / X.std(0)
+    lab, _ = eng.kmeans2(Xs, 0)
+    sk = KMeans(2, n_init=10, random_state=0).fit(Xs).labels_
+    agree = max(np.mean(lab == sk), np.mean(lab != sk))
+    assert agree > 0.99
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        labels = rng.random(300) < 0.5
+        score = rng.normal(size=300) + labels * rng.uniform(0, 2)
+        score = np.round(score, 1)  # include ties
+        assert eng.roc_points(labels, score)[2] == pytest.approx(roc_auc_score(labels, score), abs=1e-12)
+    fpr, tpr = r.roc["white-box DocMIA"]
+    assert np.trapezoid(tpr, fpr) == pytest.approx(r.auc["white-box DocMIA"])
+
+
+def test_member_cluster_chosen_without_labels(default_result):
+    r = default_result
+    pred = r.pred_white
+    dbar = np.exp(r.desc_white[:, 0])
+    assert dbar[pred].mean() < dbar[~pred].mean()
+
+
+def test_null_untrained_target():
+    res = eng.run(eng.Config(epochs=0, n_docs=200))
+    assert abs(res.metrics["auc_white"] - 0.5) < 0.08
+    assert abs(res.metrics["auc_black"] - 0.5) < 0.08
+    assert not any(c.passed for c in eng.claims(res)[1:])
+
+
+def test_shuffled_labels_give_chance(default_result):
+    r = default_result
+    rng = np.random.default_rng(3)
+    fpr, tpr = r.roc["white-box DocMIA"]
+    auc = eng.roc_points(rng.permutation(r.membership), r.desc_white[:, 0] * -1)[2]
+    assert abs(auc - 0.5) < 0.08
+
+
+def test_auc_grows_with_training(default_result):
+    # snapshots of the default run: 2, 4, 8, 16 epochs
+    a = default_result.auc_vs_epochs
+    assert np.all(np.diff(a) >= -0.02), a
+
+
+def test_proxy_on_true_answers_leaks_nothing():
+    cfg = eng.Config(n_docs=200)
+    rng = eng.seed_everything(0, torch_too=True)
+    values, ocr, emb, fields, member = eng.make_documents(rng, 200, 0.5, 6)
+    pairs = eng._pairs(np.arange(200), fields, values, ocr, emb)
+    proxy = eng._model(7)
+    eng.train_model(proxy, pairs[4], pairs[1], pairs[3], pairs[2], 16, 0.0, 1, torch.device("cpu"))
+    s, d, _, _ = eng._attack(proxy, pairs, 6, cfg, torch.device("cpu"))
+    desc, dbar = eng.descriptors(s, d, 200, 6, cfg.max_steps)
+    _, score = eng.cluster_decide(desc, dbar, "both", 0)
+    assert abs(eng.roc_points(member, score)[2] - 0.5) < 0.1

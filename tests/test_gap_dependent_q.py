@@ -1,0 +1,108 @@
+"""Gap-dependent Q-learning: claims at the default config and independent checks."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from engine import gap_dependent_q as eng
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    claims = eng.claims(default_result)
+    assert len(claims) == 6
+    failed = [c.describe() for c in claims if not c.passed]
+    assert not failed, failed
+
+
+def test_regret_curves_are_cumulative_and_nonnegative(default_result):
+    r = default_result.regret
+    assert np.all(r >= -1e-9)
+    assert np.all(np.diff(r, axis=-1) >= -1e-9)
+    assert np.all(np.diff(default_result.switches, axis=-1) >= 0)
+
+
+def _tiny(family="gap", seed=3, S=3, A=2, H=3, gaps=(0.2,)):
+    rng = np.random.default_rng(seed)
+    return eng.make_mdps(family, list(gaps), 2, S, A, H, rng)
+
+
+def _loop_eval(P, R, pi):
+    """Plain-python policy evaluation, independent of the vectorised one."""
+    B, H, S, A, _ = P.shape
+    V = np.zeros((B, H + 1, S))
+    for b in range(B):
+        for h in reversed(range(H)):
+            for s in range(S):
+                a = pi[b, h, s]
+                V[b, h, s] = R[b, h, s, a] + sum(P[b, h, s, a, t] * V[b, h + 1, t] for t in range(S))
+    return V
+
+
+@pytest.mark.parametrize("family", ["gap", "random", "deterministic"])
+def test_value_iteration_matches_brute_force_over_policies(family):
+    P, R, _ = _tiny(family, S=2, A=2, H=3)
+    B, H, S, A, _ = P.shape
+    Qs, Vs = eng.value_iteration(P, R)
+    best = np.full(B, -np.inf)
+    for flat in itertools.product(range(A), repeat=H * S):
+        pi = np.broadcast_to(np.array(flat).reshape(H, S), (B, H, S))
+        V = _loop_eval(P, R, pi)
+        assert np.allclose(V, eng.evaluate_policy(P, R, pi), atol=1e-12)
+        best = np.maximum(best, V[:, 0, 0])
+    assert np.allclose(best, Vs[:, 0, 0], atol=1e-12)
+    # the greedy policy of Q* has zero regret, any policy has regret >= 0
+    opt = eng.evaluate_policy(P, R, Qs.argmax(-1))
+    assert np.allclose(opt[:, 0, 0], Vs[:, 0, 0], atol=1e-12)
+
+
+def test_gap_controlled_family_has_exact_gaps():
+    P, R, g = _tiny("gap", S=4, A=3, H=4, gaps=(0.3, 0.07))
+    Qs, Vs = eng.value_iteration(P, R)
+    gaps = Vs[:, :-1, :, None] - Qs
+    for b in range(len(P)):
+        pos = gaps[b][gaps[b] > 1e-9]
+        assert np.allclose(pos, g[b], atol=1e-12)
+    dmin, qvar = eng.gap_stats(Qs, Vs, P)
+    assert np.allclose(dmin, g)
+    # deterministic transitions have zero conditional variance
+    P2, R2, _ = _tiny("deterministic")
+    Q2, V2 = eng.value_iteration(P2, R2)
+    assert np.allclose(eng.gap_stats(Q2, V2, P2)[1], 0.0)
+
+
+def test_stage_schedule():
+    lengths = eng.stage_lengths(3, 8)
+    assert lengths.tolist() == [3, 4, 5, 6, 8, 10, 13, 17]
+    assert np.cumsum(lengths)[:5].tolist() == [3, 7, 12, 18, 26]
+
+
+@pytest.mark.parametrize("t", [1, 5, 40])
+def test_hoeffding_weights_sum_to_one(t):
+    assert abs(eng.hoeffding_weights(t, 4).sum() - 1.0) < 1e-12
+
+
+@pytest.mark.parametrize("algo", eng.ALGOS)
+def test_optimism_with_theory_constants(algo):
+    P, R, _ = _tiny("gap", S=3, A=2, H=3)
+    Qs, Vs = eng.value_iteration(P, R)
+    K, H = 400, 3
+    iota = float(np.log(2 * 3 * 2 * K * H / eng.P_FAIL))
+    rng = np.random.default_rng(0)
+    regret, switched, frac, Q, V = eng._run_algo(algo, P, R, Vs[:, 0, 0], K, 1.0, iota, 54 * iota, rng, None,
+                                                 (0, 1), Qs >= Vs[:, :-1, :, None] - 1e-9, 2)
+    assert np.all(Q >= Qs - 1e-9)
+    assert np.all(V <= H + 1e-9)
+    assert np.all(regret >= -1e-9)
+
+
+def test_random_family_and_bad_settings():
+    with pytest.raises(ValueError):
+        eng.Config(gap=0.2, gap2=0.2)
+    res = eng.run(eng.Config(family="random", episodes=2000, n_seeds=2))
+    assert len(eng.claims(res)) == 4

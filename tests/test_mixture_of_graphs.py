@@ -1,0 +1,88 @@
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.metrics.pairwise import cosine_similarity
+
+from engine import mixture_of_graphs as eng
+from engine.graphs import edge_homophily, edge_list
+
+
+@pytest.fixture(scope="module")
+def small():
+    c = eng.Config(n_nodes=400, dense_degree=12, sparse_degree=4)
+    A, X, y, region = eng.make_graph(c, np.random.default_rng(3))
+    dst, src = eng.directed_edges(A)
+    return A, X, y, region, dst, src, eng.edge_scores(A, X, src, dst)
+
+
+def test_claims_pass_at_default():
+    res = eng.run(eng.Config())
+    for c in eng.claims(res):
+        assert c.passed, c.describe()
+    assert res.metrics["sparsity_gap"] < 0.1        # the router hit roughly the asked-for sparsity
+
+
+def test_scores_match_networkx_and_sklearn(small):
+    A, X, _, _, dst, src, scores = small
+    G = nx.from_scipy_sparse_array(A)
+    pick = np.random.default_rng(0).choice(len(dst), 200, replace=False)
+    jac = {(u, v): p for u, v, p in nx.jaccard_coefficient(G, [(int(dst[e]), int(src[e])) for e in pick])}
+    cos = cosine_similarity(X)
+    deg = dict(G.degree())
+    for e in pick:
+        i, j = int(dst[e]), int(src[e])
+        assert scores["jaccard"][e] == pytest.approx(jac[(i, j)], abs=1e-12)
+        assert scores["feature"][e] == pytest.approx(cos[i, j], abs=1e-5)
+        assert scores["degree"][e] == pytest.approx(1 / math.sqrt(deg[i] * deg[j]))
+
+
+def test_ego_keep_mask_matches_per_node_sort(small):
+    A, _, _, _, dst, src, scores = small
+    n = A.shape[0]
+    s = scores["feature"]
+    for keep in (0.2, 0.5, 0.9):
+        mask = eng.ego_keep_mask(dst, s, keep, n)
+        for i in range(0, n, 7):
+            idx = np.flatnonzero(dst == i)
+            if len(idx) == 0:
+                continue
+            quota = max(1, math.ceil(keep * len(idx) - 1e-9))
+            expect = set(idx[np.argsort(-s[idx], kind="stable")[:quota]])
+            assert set(idx[mask[idx]]) == expect
+
+
+def test_global_sparsifier_keeps_the_top_edges(small):
+    A, X, _, _, _, _, _ = small
+    edges = edge_list(A)
+    score = np.random.default_rng(1).random(len(edges))
+    B = eng.global_sparsify(A, score, edges, 100)
+    kept = {tuple(e) for e in edge_list(B)}
+    assert len(kept) == 100
+    assert kept == {tuple(edges[i]) for i in np.argsort(-score)[:100]}
+
+
+def test_mog_graph_is_union_of_chosen_ego_graphs(small):
+    A, _, _, _, dst, src, scores = small
+    n = A.shape[0]
+    masks = np.stack([eng.ego_keep_mask(dst, scores[c], r, n) for c, r in eng.EXPERTS])
+    choice = np.random.default_rng(2).integers(0, len(eng.EXPERTS), n)
+    B = eng.mog_graph(A, choice, dst, src, masks)
+    expect = set()
+    for e in range(len(dst)):
+        if masks[choice[dst[e]], e]:
+            expect.add((min(dst[e], src[e]), max(dst[e], src[e])))
+    assert {tuple(e) for e in edge_list(B)} == expect
+    assert (B != B.T).nnz == 0
+
+
+def test_generated_regions_have_the_requested_homophily():
+    c = eng.Config(n_nodes=1000, noisy_homophily=0.5)
+    A, _, y, region = eng.make_graph(c, np.random.default_rng(0))
+    keep = np.flatnonzero(region == 0)
+    sub = sp.csr_array(A)[keep][:, keep]
+    assert edge_homophily(sub, y[keep]) == pytest.approx(0.5, abs=0.05)
+    deg = np.asarray(A.sum(1)).ravel()
+    assert deg[region == 0].mean() > 3 * deg[region == 1].mean()

@@ -1,0 +1,157 @@
+"""QNN ansatz distinguishability: claims at the default config and independent checks."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.linalg import expm
+from scipy.optimize import minimize
+
+import engine.qnn_ansatz as eng
+
+X = np.array([[0, 1], [1, 0]], dtype=complex)
+Y = np.array([[0, -1j], [1j, 0]])
+Z = np.diag([1.0, -1.0]).astype(complex)
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    for c in eng.claims(default_result):
+        assert c.passed, c.describe()
+
+
+def _on(op, q, n):
+    mats = [op if k == q else np.eye(2) for k in range(n)]
+    out = mats[0]
+    for m in mats[1:]:
+        out = np.kron(out, m)
+    return out
+
+
+def _reference_hea(theta, n, layers, entangler):
+    """The same circuit from matrix exponentials and Kronecker products (qubit 0 = leftmost factor)."""
+    d = 2**n
+    u = np.eye(d, dtype=complex)
+    p0 = np.diag([1.0, 0.0])
+    p1 = np.diag([0.0, 1.0])
+    for layer in range(layers):
+        base = 2 * n * layer
+        for q in range(n):
+            u = expm(-0.5j * theta[base + q] * _on(Y, q, n)) @ u
+        for q in range(n):
+            u = expm(-0.5j * theta[base + n + q] * _on(Z, q, n)) @ u
+        for q in range(n - 1):
+            second = Z if entangler == "cz" else X
+            gate = _on(p0, q, n) + _on(p1, q, n) @ _on(second, q + 1, n)
+            u = gate @ u
+    return u
+
+
+@pytest.mark.parametrize("entangler", ["cz", "cnot"])
+def test_simulator_matches_expm_kron_reference(entangler):
+    rng = np.random.default_rng(1)
+    n, layers = 3, 2
+    th = rng.uniform(0, 2 * np.pi, (4, 2 * n * layers))
+    ours = eng.hea_unitary(torch.tensor(th), n, layers, entangler).numpy()
+    for i in range(4):
+        ref = _reference_hea(th[i], n, layers, entangler)
+        # equal up to a global phase
+        phase = np.vdot(ref.ravel(), ours[i].ravel())
+        phase /= abs(phase)
+        np.testing.assert_allclose(ours[i], ref * phase, atol=1e-10)
+        np.testing.assert_allclose(ours[i].conj().T @ ours[i], np.eye(2**n), atol=1e-10)
+
+
+def test_single_rotation_distance_is_sin_half_delta():
+    a = torch.tensor([0.3, 1.0, 2.0, 5.0], dtype=torch.float64)
+    d = torch.tensor([0.01, -0.5, 1.5, 3.0], dtype=torch.float64)
+    c = eng.unitary_channel_distance(eng.rot("y", a), eng.rot("y", a + d))
+    np.testing.assert_allclose(c, np.sin(np.abs(d.numpy()) / 2), atol=1e-12)
+
+
+def test_arc_straddling_pi():
+    # phases ±(π − 0.1): the smallest arc is 0.2 wide across π, not 2π − 0.2
+    c = eng.arc_distance(np.array([[np.pi - 0.1, -(np.pi - 0.1) % (2 * np.pi)]]))
+    assert c[0] == pytest.approx(np.sin(0.1))
+
+
+def _numerical_range_distance(w):
+    """sqrt(1 − min_ρ |tr ρW|²): minimise |Σ p_k λ_k| over the probability simplex (normal W)."""
+    lam = np.linalg.eigvals(w)
+    k = len(lam)
+
+    def f(p):
+        z = p @ lam
+        return float(abs(z) ** 2)
+
+    best = np.inf
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        p0 = rng.dirichlet(np.ones(k))
+        r = minimize(f, p0, method="SLSQP", bounds=[(0, 1)] * k,
+                     constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1}], options={"ftol": 1e-14})
+        best = min(best, r.fun)
+    return math.sqrt(max(0.0, 1 - best))
+
+
+@pytest.mark.parametrize("d", [2, 4])
+def test_closed_form_vs_numerical_range_and_pure_state_lower_bound(d):
+    rng = np.random.default_rng(d)
+    us = eng.haar_unitaries(d, 6, rng)
+    vs = eng.haar_unitaries(d, 6, rng)
+    # also near-identity pairs, where the distance is small
+    close = np.array([u @ expm(1j * 0.05 * (h + h.conj().T)) for u, h in
+                      zip(us, rng.standard_normal((6, d, d)) + 1j * rng.standard_normal((6, d, d)))])
+    for u, v in list(zip(us, vs)) + list(zip(us, close)):
+        c = eng.distance_np(u[None], v[None])[0]
+        w = u.conj().T @ v
+        assert c == pytest.approx(_numerical_range_distance(w), abs=1e-5)
+        psi = rng.standard_normal((200, d)) + 1j * rng.standard_normal((200, d))
+        psi /= np.linalg.norm(psi, axis=1, keepdims=True)
+        overlap = np.abs(np.einsum("si,ij,sj->s", psi.conj(), w, psi))
+        assert np.all(np.sqrt(np.clip(1 - overlap**2, 0, 1)) <= c + 1e-9)
+
+
+def test_parameter_shift_equals_autograd():
+    n, layers = 3, 2
+    th = torch.rand(5, 2 * n * layers, dtype=torch.float64) * 2 * math.pi
+    ps = eng.parameter_shift_grad(th, n, layers)
+    t = th.clone().requires_grad_(True)
+    eng.hea_cost(t, n, layers).sum().backward()
+    np.testing.assert_allclose(ps.numpy(), t.grad.numpy(), atol=1e-10)
+
+
+def test_frame_potentials():
+    rng = np.random.default_rng(0)
+    assert eng.frame_potential_samples(eng.haar_unitaries(2, 2000, rng)) == pytest.approx(2.0, abs=0.05)
+    g1 = eng.clifford_group(1)
+    assert len(g1) == 24 and eng.frame_potential_group(g1) == pytest.approx(2.0, abs=1e-12)
+    # keeping i == j pairs biases the sampled estimate upward by about d**4 / S
+    us = eng.haar_unitaries(2, 50, rng)
+    flat = us.reshape(50, -1)
+    biased = float(np.mean(np.abs(flat.conj() @ flat.T) ** 4))
+    assert biased > eng.frame_potential_samples(us) + 0.2
+
+
+def test_two_qubit_clifford_group():
+    g = eng.clifford_group(2)
+    assert len(g) == 11520
+    assert eng.frame_potential_group(g) == pytest.approx(2.0, abs=1e-9)
+    d = eng.distance_np(g, np.broadcast_to(eng.t_gate(2), g.shape)).min()
+    assert d == pytest.approx(math.sin(math.pi / 8), abs=1e-9)
+
+
+def test_wrong_rotation_convention_breaks_the_bound():
+    """exp(−iθP) instead of exp(−iθP/2) doubles the distance and violates c ≤ ½Σ|δ|."""
+    n, layers = 2, 1
+    th = torch.rand(50, 4, dtype=torch.float64) * 2 * math.pi
+    de = (torch.rand(50, 4, dtype=torch.float64) * 2 - 1) * 0.05
+    c_wrong = eng.unitary_channel_distance(eng.hea_unitary(2 * th, n, layers),
+                                           eng.hea_unitary(2 * (th + de), n, layers))
+    b1, _ = eng.bounds(de.numpy())
+    assert (c_wrong / b1).max() > 1.0

@@ -1,0 +1,104 @@
+"""Unbalanced FM engine: claims at the default config and checks against independent computations."""
+
+import math
+
+import numpy as np
+import pytest
+
+from engine import unbalanced_fm as eng
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    claims = eng.claims(default_result)
+    assert len(claims) == 6
+    failed = [c.describe() for c in claims if not c.passed]
+    assert not failed, failed
+
+
+def _params(**kw):
+    return eng.mixture_params(eng.Config(**kw))
+
+
+def test_closed_form_reference_values():
+    mu0, mu1, w0, w1 = _params()
+    cf = eng.closed_form(np.array([0.8, 2.5, 3.0, math.inf]), mu0, mu1, w0, w1, eng.SIGMA0, 0.05)
+    assert np.allclose(cf["Z"], [0.199, 0.660, 0.875, 1.0], atol=2e-3)
+    assert np.allclose(cf["tv1"], [0.200, 0.062, 0.022, 0.0], atol=2e-3)
+
+
+def test_closed_form_against_brute_force_monte_carlo():
+    """Plain numpy: sample independent pairs, count ||x1 - x0|| <= tau, histogram target labels."""
+    mu0, mu1, w0, w1 = _params()
+    rng = np.random.default_rng(7)
+    n = 400_000
+    x0, _ = eng.sample_mixture(rng, n, mu0, w0, eng.SIGMA0)
+    x1, l1 = eng.sample_mixture(rng, n, mu1, w1, 0.05)
+    d = np.linalg.norm(x1 - x0, axis=1)
+    for tau in (0.4, 1.5, 2.5):
+        keep = d <= tau
+        q1 = np.bincount(l1[keep], minlength=4) / keep.sum()
+        cf = eng.closed_form(tau, mu0, mu1, w0, w1, eng.SIGMA0, 0.05)
+        assert abs(keep.mean() - cf["Z"][0]) < 0.005
+        assert np.max(np.abs(q1 - cf["q1"][0])) < 0.01
+
+
+def test_infinite_cutoff_is_the_independent_coupling():
+    mu0, mu1, w0, w1 = _params()
+
+    def src(r, n):
+        return eng.sample_mixture(r, n, mu0, w0, eng.SIGMA0)
+
+    s = eng.PairSampler(np.random.default_rng(3), math.inf, src, mu1, w1, 0.05)
+    a0, a1 = s.draw()
+    r = np.random.default_rng(3)
+    b0, _ = eng.sample_mixture(r, eng.BATCH, mu0, w0, eng.SIGMA0)
+    b1, _ = eng.sample_mixture(r, eng.BATCH, mu1, w1, 0.05)
+    assert np.array_equal(a0, b0) and np.array_equal(a1, b1)
+    assert s.z == 1.0
+
+
+def test_kept_pairs_respect_cutoff_and_cost_grows_with_tau():
+    mu0, mu1, w0, w1 = _params()
+
+    def src(r, n):
+        return eng.sample_mixture(r, n, mu0, w0, eng.SIGMA0)
+
+    costs = []
+    for tau in (0.3, 0.8, 1.5, 2.5, 3.5):
+        s = eng.PairSampler(np.random.default_rng(0), tau, src, mu1, w1, 0.05)
+        for _ in range(10):
+            x0, x1 = s.draw()
+            assert np.all(np.linalg.norm(x1 - x0, axis=1) <= tau + 1e-9)
+        cost = s.kept_len2 / s.kept
+        assert cost <= tau**2
+        costs.append(cost)
+    assert np.all(np.diff(costs) >= 0)
+
+
+def test_one_euler_step_is_exact_for_a_constant_oracle_velocity():
+    import torch
+
+    delta = torch.tensor([0.3, -0.7])
+
+    class Oracle(torch.nn.Module):
+        def forward(self, xt):
+            return delta.expand(len(xt), 2)
+
+    x0 = np.random.default_rng(0).normal(size=(50, 2))
+    y = eng.euler(Oracle(), x0, 1, torch.device("cpu"))
+    assert np.allclose(y, x0 + delta.numpy(), atol=1e-6)
+
+
+def test_evaluate_against_brute_force():
+    mu0, mu1, w0, w1 = _params()
+    rng = np.random.default_rng(1)
+    y = rng.uniform(-2, 2, size=(300, 2))
+    valid, hist, vf, tv = eng.evaluate(y, mu1, w1, 0.05)
+    for p, v in zip(y, valid):
+        assert v == any(math.dist(p, c) <= 0.15 for c in mu1)
+    assert abs(tv - 0.5 * np.abs(hist - w1).sum()) < 1e-12
