@@ -64,7 +64,8 @@ PAPERS: list[Paper] = [
           page="pages/bilinear_mlp.py", module="engine.bilinear_mlp"),
     Paper("attention-sink", "When Attention Sink Emerges in Language Models: An Empirical View", I,
           "Small decoders learn to dump spare attention on the first token; the sink appears during "
-          "training and vanishes with un-normalised sigmoid attention.", arxiv="2410.10781"),
+          "training and vanishes with un-normalised sigmoid attention.", arxiv="2410.10781",
+          page="pages/attention_sink.py", module="engine.attention_sink"),
     Paper("mcqa-mechanics", "Answer, Assemble, Ace: Understanding How LMs Answer Multiple Choice Questions", I,
           "Vocabulary projection and activation patching locate the few middle-layer heads that "
           "write the answer letter.", arxiv="2407.15018"),
@@ -89,14 +90,15 @@ PAPERS: list[Paper] = [
           page="pages/lora_pro.py", module="engine.lora_pro"),
     Paper("lift", "LiFT: Learning to Fine-Tune via Bayesian Parameter Efficient Meta Fine-Tuning", L,
           "A hierarchical prior over per-task adapters, sampled with SGLD-Gibbs, transfers to "
-          "few-shot held-out tasks.", openreview="7nyJBVCTGQ"),
+          "few-shot held-out tasks.", openreview="7nyJBVCTGQ", page="pages/lift.py", module="engine.lift"),
     Paper("integrative-decoding", "Integrative Decoding: Improve Factuality via Implicit Self-Consistency", L,
           "Decode jointly over inputs each prefixed by one sampled answer, averaging next-token "
           "log-probs, to get self-consistency token by token.", arxiv="2410.01556",
           page="pages/integrative_decoding.py", module="engine.integrative_decoding"),
     Paper("mbr-llm-judge", "Better Instruction-Following Through Minimum Bayes Risk", L,
           "Pick the candidate a judge rates best against the others as pseudo-references, then "
-          "distil MBR choices back into greedy decoding with DPO.", arxiv="2410.02902"),
+          "distil MBR choices back into greedy decoding with DPO.", arxiv="2410.02902",
+          page="pages/mbr_llm_judge.py", module="engine.mbr_llm_judge"),
     Paper("docvqa-mia", "DocMIA: Document-Level Membership Inference Attacks against DocVQA Models", L,
           "Tell whether a document was in training from how quickly it can be fitted and from "
           "output behaviour, without auxiliary data.", page="pages/docvqa_mia.py", module="engine.docvqa_mia"),
@@ -109,7 +111,8 @@ PAPERS: list[Paper] = [
           "with fewer constraint violations.", arxiv="2502.20341"),
     Paper("pqn", "Simplifying Deep Temporal Difference Learning", R,
           "LayerNorm makes off-policy TD stable without target networks or replay; vectorised "
-          "Q-learning (PQN) trains fast.", arxiv="2407.04811"),
+          "Q-learning (PQN) trains fast.", arxiv="2407.04811",
+          page="pages/pqn.py", module="engine.pqn"),
     Paper("mad-td", "MAD-TD: Model-Augmented Data stabilizes High Update Ratio RL", R,
           "Mixing a few model-generated transitions into high update-to-data TD learning curbs "
           "value overestimation.", arxiv="2410.08896"),
@@ -130,7 +133,8 @@ PAPERS: list[Paper] = [
     Paper("calnf", "Rare event modeling with self-regularized normalizing flows: what can we learn from a "
           "single failure?", G,
           "Calibrated normalizing flows learn a failure distribution from a handful of samples by "
-          "regularising against nominal data.", arxiv="2502.21110"),
+          "regularising against nominal data.", arxiv="2502.21110",
+          page="pages/calnf.py", module="engine.calnf"),
     Paper("deep-ruot", "Learning Stochastic Dynamics from Snapshots through Regularized Unbalanced Optimal "
           "Transport", G,
           "Recover velocity, growth and diffusion of a population from time snapshots with "
@@ -157,7 +161,8 @@ PAPERS: list[Paper] = [
     Paper("ub-gold", "Unifying Unsupervised Graph-Level Anomaly Detection and Out-of-Distribution "
           "Detection: A Benchmark", GR,
           "One benchmark for graph-level anomaly and OOD detection across four scenario types; "
-          "no detector wins everywhere.", arxiv="2406.15523"),
+          "no detector wins everywhere.", arxiv="2406.15523",
+          page="pages/ub_gold.py", module="engine.ub_gold"),
     Paper("mixture-of-graphs", "Graph Sparsification via Mixture of Graphs", GR,
           "Each node picks among sparsifier experts; the mixed sparse graph keeps GNN accuracy "
           "and speeds up inference.", arxiv="2405.14260",
@@ -198,7 +203,8 @@ PAPERS: list[Paper] = [
           "very large n.", arxiv="2405.15913", page="pages/dp_bandmf.py", module="engine.dp_bandmf"),
     Paper("multiview-clustering", "COPER: Correlation-based Permutations for Multi-View Clustering", T,
           "End-to-end multi-view clustering from a permutation-based canonical-correlation objective "
-          "and consistent pseudo-labels.", arxiv="2402.16383"),
+          "and consistent pseudo-labels.", arxiv="2402.16383", page="pages/multiview_clustering.py",
+          module="engine.multiview_clustering"),
 ]
 
 BY_SLUG: dict[str, Paper] = {p.slug: p for p in PAPERS}

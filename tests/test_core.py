@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 
 from engine.core import Claim, get_device, seed_everything
 from engine.core.params import (
-    Bool, Choice, Float, Int, ParamError, Text, from_query, param, random_config, to_query,
+    Bool,
+    Choice,
+    Float,
+    Int,
+    ParamError,
+    Text,
+    from_query,
+    param,
+    random_config,
+    to_query,
 )
 from engine.core.progress import ProgressSpan
 
@@ -130,3 +139,14 @@ def test_digits_loader_matches_sklearn():
     assert len(Xtr) == 1200 and len(Xte) == 500
     Xtr2, _, Xte2, _ = digits_split(1200, seed=0)
     assert np.array_equal(Xtr, Xtr2) and np.array_equal(Xte, Xte2)
+
+
+def test_batch_indices_cover_epochs():
+    import torch
+
+    from engine.core.nn import batch_indices
+
+    idx = batch_indices(10, 4, 5, torch.Generator().manual_seed(0))
+    assert len(idx) == 5 and all(len(b) == 4 for b in idx)
+    first_epoch = torch.cat(idx[:2])
+    assert len(set(first_epoch.tolist())) == 8       # no repeats within an epoch

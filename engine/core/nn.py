@@ -111,3 +111,16 @@ def set_cpu_threads(n: int | None = None) -> None:
         _limit_threads(torch)
     elif torch.get_num_threads() != max(1, n):
         torch.set_num_threads(max(1, n))
+
+
+def batch_indices(n: int, batch: int, steps: int, generator: torch.Generator | None = None) -> list[torch.Tensor]:
+    """Index tensors for ``steps`` minibatches: epochs of seeded shuffles of range(n)."""
+    out: list[torch.Tensor] = []
+    batch = max(1, min(batch, n))
+    while len(out) < steps:
+        perm = torch.randperm(n, generator=generator)
+        for i in range(0, n - batch + 1, batch):
+            out.append(perm[i:i + batch])
+            if len(out) == steps:
+                break
+    return out

@@ -1,0 +1,342 @@
+"""MBR decoding with a reference-based judge, and MBR self-training with DPO.
+
+Generic part: ``mbr_select(U)`` picks, for each prompt, the candidate with the highest mean utility
+against the *other* candidates used as pseudo-references (any utility matrix: an LLM judge's scores,
+chrF, an embedding cosine); ``dpo_logit_grad`` is the DPO gradient for any policy whose sequence
+log-probability is a sum of per-position log-softmaxes.
+
+The live experiment is a synthetic instruction-following world where a true quality is known: each
+prompt asks for 6 rubric items; each item has 5 values, each written with several synonyms, plus a
+bland generic word. The demonstrations make the generic word the single most likely token, so greedy
+decoding is bland. The "judge" is a noisy formula that compares meanings (synonyms equal); it never sees
+the truth. The policy is a linear softmax model trained on the demonstrations, then by DPO on its own
+MBR-chosen vs MBR-rejected samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.core import Choice, Claim, Float, Int, param, seed_everything
+from engine.core.progress import report
+
+K_ITEMS, V_VALUES, DX = 6, 5, 16
+N_TRAIN, N_TEST = 512, 256
+N_SWEEP = (2, 4, 8, 16, 32)
+P_KNOW_SWEEP = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
+
+
+# ----------------------------------------------------------------------------- generic pieces
+def mbr_select(U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """U [N, N, prompts]: U[i, j] = utility of candidate i with candidate j as reference.
+
+    Returns (chosen index per prompt, expected utility [N, prompts]); the diagonal (self-reference) is
+    excluded and ties go to the lowest index.
+    """
+    N = U.shape[0]
+    off = ~np.eye(N, dtype=bool)
+    exp_u = (U * off[:, :, None]).sum(axis=1) / max(N - 1, 1)
+    return np.argmax(exp_u, axis=0), exp_u
+
+
+def dpo_loss_grad_logits(logp_w, logp_l, ref_w, ref_l, onehot_w, onehot_l, beta: float):
+    """DPO loss per pair and its gradient w.r.t. the per-position logits of a factorised softmax policy.
+
+    log π(y|x) = Σ_k log softmax(z_k)[y_k], so ∂ log π(y)/∂z_k = e_{y_k} − softmax(z_k) and the softmax terms of
+    the chosen and rejected answers cancel: ∂L/∂z = −β σ(−m) (e_w − e_l) with m = β[(log π_w − ref_w) − (log π_l − ref_l)].
+    """
+    m = beta * ((logp_w - ref_w) - (logp_l - ref_l))
+    loss = np.logaddexp(0.0, -m)
+    coef = -beta / (1.0 + np.exp(m))                     # = −β σ(−m)
+    return loss, coef[:, None, None] * (onehot_w - onehot_l), m
+
+
+# ----------------------------------------------------------------------------- the world
+@dataclass(frozen=True)
+class Config:
+    n_candidates: int = param(8, Int(2, 32, "Candidates N"))
+    temperature: float = param(1.0, Float(0.3, 1.5, "Sampling temperature", step=0.1))
+    judge_noise: float = param(0.3, Float(0.0, 1.0, "Judge noise", step=0.05,
+                                          help="std of the noise added to the 1–5 judge score"))
+    p_know: float = param(0.2, Float(0.0, 1.0, "Reference-free judge knowledge", step=0.05,
+                                     help="chance the best-of-N judge knows an item's right value"))
+    generic: float = param(0.3, Float(0.0, 0.6, "Generic-word probability in demonstrations", step=0.05,
+                                      help="0 removes the bland mode that traps greedy decoding"))
+    synonyms: int = param(3, Int(1, 4, "Synonyms per value S"))
+    iterations: int = param(3, Int(0, 5, "Self-training iterations"))
+    dpo_beta: float = param(0.1, Choice((0.01, 0.03, 0.1, 0.3, 1.0), "DPO β", widget="select_slider",
+                                        group="Advanced"))
+    dpo_lr: float = param(2e-3, Choice((1e-4, 3e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2), "DPO learning rate",
+                                       widget="select_slider", group="Advanced"))
+    dpo_steps: int = param(100, Int(20, 300, "DPO steps per iteration", step=20, group="Advanced"))
+    seed: int = param(0, Int(0, 9, "Seed"))
+
+
+@dataclass
+class World:
+    S: int
+    G: np.ndarray
+    H: np.ndarray
+    p_true: np.ndarray
+    syn: np.ndarray        # [K, V, S] synonym proportions
+
+    @property
+    def T(self) -> int:     # tokens per item: V·S words + the generic word (last)
+        return V_VALUES * self.S + 1
+
+    def truth(self, X):
+        return np.argmax(np.einsum("kvd,nd->nkv", self.G, X), axis=2)
+
+    def demo_distribution(self, X, generic: float):
+        n = len(X)
+        tr = self.truth(X)
+        h = np.einsum("kvd,nd->nkv", self.H, X)
+        np.put_along_axis(h, tr[..., None], -np.inf, axis=2)
+        mis = np.argmax(h, axis=2)
+        vp = np.empty((n, K_ITEMS, V_VALUES))
+        rest = 1 - self.p_true
+        vp[:] = (0.4 * rest / (V_VALUES - 2))[None, :, None]
+        ii, kk = np.indices((n, K_ITEMS))
+        vp[ii, kk, mis] = 0.6 * rest[None]
+        vp[ii, kk, tr] = self.p_true[None]
+        D = np.zeros((n, K_ITEMS, self.T))
+        D[..., :-1] = ((1 - generic) * vp[..., None] * self.syn[None]).reshape(n, K_ITEMS, -1)
+        D[..., -1] = generic
+        return D
+
+    def value_of(self, tok):
+        return np.where(tok < V_VALUES * self.S, tok // self.S, -1)
+
+
+def make_world(rng, S: int) -> World:
+    G = rng.normal(size=(K_ITEMS, V_VALUES, DX))
+    H = rng.normal(size=(K_ITEMS, V_VALUES, DX))
+    p = rng.uniform(0.45, 0.8, K_ITEMS)
+    syn = rng.dirichlet(np.full(S, 5.0), (K_ITEMS, V_VALUES)) if S > 1 else np.ones((K_ITEMS, V_VALUES, 1))
+    return World(S, G, H, p, syn)
+
+
+def judge_utility(vals: np.ndarray, noise: float, rng) -> np.ndarray:
+    """vals [N, n, K] item values (−1 = generic). Reference-based judge: 1 + 4·(share of items stating the
+    same value as the reference, synonyms equal, generic = no content) + noise, rounded, clipped to 1..5."""
+    a, b = vals[:, None], vals[None, :]
+    c = ((a == b) & (a >= 0)).mean(axis=3)
+    score = 1 + 4 * c + noise * rng.normal(size=c.shape)
+    return np.clip(np.round(score), 1, 5)
+
+
+def lexical_utility(toks):
+    return (toks[:, None] == toks[None, :]).mean(axis=3)
+
+
+def embedding_utility(toks, world: World):
+    a, b = toks[:, None], toks[None, :]
+    va, vb = world.value_of(a), world.value_of(b)
+    sim = np.where(a == b, 1.0, np.where((va < 0) | (vb < 0), 0.5, np.where(va == vb, 0.6, 0.3)))
+    return sim.mean(axis=3)
+
+
+class Policy:
+    """Linear softmax head: logits[n, K, T] = X W + b, items independent given the prompt."""
+
+    def __init__(self, T: int):
+        self.T = T
+        self.W = np.zeros((DX, K_ITEMS * T))
+        self.b = np.zeros(K_ITEMS * T)
+
+    def logits(self, X):
+        return (X @ self.W + self.b).reshape(len(X), K_ITEMS, self.T)
+
+    def logprobs(self, X):
+        z = self.logits(X)
+        z = z - z.max(axis=2, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=2, keepdims=True))
+
+    def copy(self):
+        p = Policy(self.T)
+        p.W, p.b = self.W.copy(), self.b.copy()
+        return p
+
+    def adam(self, grad_fn, steps: int, lr: float):
+        params = [self.W, self.b]
+        m = [np.zeros_like(q) for q in params]
+        v = [np.zeros_like(q) for q in params]
+        for t in range(steps):
+            gz, X = grad_fn()                                 # gradient w.r.t. logits [n, K, T] and inputs
+            gz = gz.reshape(len(X), -1)
+            grads = [X.T @ gz, gz.sum(0)]
+            for q, g, mi, vi in zip(params, grads, m, v):
+                mi *= 0.9
+                mi += 0.1 * g
+                vi *= 0.999
+                vi += 0.001 * g**2
+                q -= lr * (mi / (1 - 0.9 ** (t + 1))) / (np.sqrt(vi / (1 - 0.999 ** (t + 1))) + 1e-8)
+
+
+def sft(policy: Policy, X, D, steps=200, lr=0.05):
+    """Cross-entropy to the expected demonstration distribution (soft targets)."""
+    def grad():
+        return (np.exp(policy.logprobs(X)) - D) / len(X), X
+    policy.adam(grad, steps, lr)
+
+
+def sample(policy: Policy, X, N: int, temperature: float, rng):
+    z = policy.logits(X) / temperature
+    g = -np.log(-np.log(rng.random((N,) + z.shape)))           # Gumbel-max sampling
+    return np.argmax(z[None] + g, axis=3)                        # [N, n, K]
+
+
+def quality(world: World, toks, truth):
+    return (world.value_of(toks) == truth).mean(axis=-1)
+
+
+def _pick(arr, idx):
+    return np.take_along_axis(arr, idx[None, :, None], axis=0)[0]
+
+
+def run(config: Config, progress=None) -> Result:
+    from threadpoolctl import threadpool_limits
+
+    # the matrices are tiny: a multi-threaded BLAS only adds contention (10x slower on a busy box)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _run(config, progress)
+
+
+def _run(config: Config, progress=None) -> Result:
+    rng = seed_everything(config.seed)
+    world = make_world(rng, config.synonyms)
+    Xtr, Xte = rng.normal(size=(N_TRAIN, DX)), rng.normal(size=(N_TEST, DX))
+    tr_test = world.truth(Xte)
+    pol = Policy(world.T)
+    sft(pol, Xtr, world.demo_distribution(Xtr, config.generic))
+    report(progress, 0.1, "supervised fine-tuning done")
+    N = config.n_candidates
+    belief = np.where(rng.random(tr_test.shape) < config.p_know, tr_test, rng.integers(0, V_VALUES, tr_test.shape))
+
+    def evaluate(policy, n_cand, keep=False):
+        c = sample(policy, Xte, n_cand, config.temperature, rng)
+        vals = world.value_of(c)
+        q = quality(world, c, tr_test)                                  # [N, n]
+        Uj = judge_utility(vals, config.judge_noise, rng)
+        out = {"greedy": quality(world, np.argmax(policy.logits(Xte), 2), tr_test).mean(),
+               "one sample": q.mean(), "oracle best-of-N": q.max(0).mean()}
+        for name, U in (("MBR judge", Uj), ("MBR lexical", lexical_utility(c)),
+                        ("MBR embedding", embedding_utility(c, world))):
+            out[name] = _pick(q[..., None], mbr_select(U)[0])[:, 0].mean()
+        s = (vals == belief[None]).mean(axis=2)
+        out["best-of-N (reference-free judge)"] = _pick(q[..., None], np.argmax(s, 0))[:, 0].mean()
+        if keep:
+            out["_cand"], out["_q"], out["_U"] = c, q, Uj
+        return out
+
+    base = evaluate(pol, N, keep=True)
+    q_vs_n = {"MBR judge": [], "best-of-N (reference-free judge)": []}
+    n_values = sorted(set(N_SWEEP) | {N})
+    for n_c in n_values:
+        e = base if n_c == N else evaluate(pol, n_c)
+        for key in q_vs_n:
+            q_vs_n[key].append(float(e[key]))
+    c, q = base["_cand"], base["_q"]
+    vals = world.value_of(c)
+    bon_pk = []
+    for pk in P_KNOW_SWEEP:
+        bel = np.where(rng.random(tr_test.shape) < pk, tr_test, rng.integers(0, V_VALUES, tr_test.shape))
+        s = (vals == bel[None]).mean(axis=2)
+        bon_pk.append(float(_pick(q[..., None], np.argmax(s, 0))[:, 0].mean()))
+    report(progress, 0.25, "base model evaluated")
+
+    # ---- MBR self-training with DPO
+    st_greedy, st_mbr, margins, pairs_used = [base["greedy"]], [base["MBR judge"]], [], []
+    for it in range(config.iterations):
+        ref = pol.copy()
+        cand = sample(pol, Xtr, N, config.temperature, rng)
+        _, eu = mbr_select(judge_utility(world.value_of(cand), config.judge_noise, rng))
+        keep = eu.max(0) > eu.min(0)
+        yw = _pick(cand, np.argmax(eu, 0))[keep]
+        yl = _pick(cand, np.argmin(eu, 0))[keep]
+        Xk = Xtr[keep]
+        ohw = np.eye(world.T)[yw]
+        ohl = np.eye(world.T)[yl]
+        lpr = ref.logprobs(Xk)
+        ref_w, ref_l = (lpr * ohw).sum((1, 2)), (lpr * ohl).sum((1, 2))
+        last = {}
+
+        def grad(Xk=Xk, ohw=ohw, ohl=ohl, ref_w=ref_w, ref_l=ref_l, last=last):
+            lp = pol.logprobs(Xk)
+            _, gz, m = dpo_loss_grad_logits((lp * ohw).sum((1, 2)), (lp * ohl).sum((1, 2)), ref_w, ref_l, ohw, ohl,
+                                            config.dpo_beta)
+            last["m"] = m
+            return gz / max(len(Xk), 1), Xk
+
+        if len(Xk):
+            pol.adam(grad, config.dpo_steps, config.dpo_lr)
+        e = evaluate(pol, N)
+        st_greedy.append(float(e["greedy"]))
+        st_mbr.append(float(e["MBR judge"]))
+        margins.append(float(np.mean(last.get("m", np.zeros(1)))))
+        pairs_used.append(int(keep.sum()))
+        report(progress, 0.25 + 0.75 * (it + 1) / max(config.iterations, 1), f"self-training iteration {it + 1}")
+
+    methods = ["greedy", "one sample", "best-of-N (reference-free judge)", "MBR lexical", "MBR embedding",
+               "MBR judge", "oracle best-of-N"]
+    q_methods = {m: float(base[m]) for m in methods}
+    metrics = {**{f"q_{m}": v for m, v in q_methods.items()},
+               "gain_over_greedy": q_methods["MBR judge"] - q_methods["greedy"],
+               "gain_over_other_utilities": q_methods["MBR judge"] - max(q_methods["MBR lexical"],
+                                                                          q_methods["MBR embedding"]),
+               "greedy_after": st_greedy[-1] if config.iterations else np.nan,
+               "greedy_after_minus_base_mbr": st_greedy[-1] - base["MBR judge"] if config.iterations else np.nan,
+               "greedy_after_minus_base_greedy": st_greedy[-1] - base["greedy"] if config.iterations else np.nan}
+    report(progress, 1.0, "done")
+    return Result(methods=methods, q_methods=q_methods, n_values=np.array(n_values),
+                  q_vs_n={k: np.array(v) for k, v in q_vs_n.items()}, p_know_values=np.array(P_KNOW_SWEEP),
+                  bon_vs_pknow=np.array(bon_pk), mbr_level=float(base["MBR judge"]),
+                  st_iters=np.arange(config.iterations + 1), st_greedy=np.array(st_greedy), st_mbr=np.array(st_mbr),
+                  st_margin=np.array(margins), st_pairs=np.array(pairs_used), detail_U=base["_U"][:, :, 0],
+                  detail_quality=q[:, 0], detail_choice=int(mbr_select(base["_U"])[0][0]), metrics=metrics)
+
+
+@dataclass
+class Result:
+    methods: list
+    q_methods: dict[str, float]
+    n_values: np.ndarray
+    q_vs_n: dict[str, np.ndarray]
+    p_know_values: np.ndarray
+    bon_vs_pknow: np.ndarray
+    mbr_level: float
+    st_iters: np.ndarray
+    st_greedy: np.ndarray
+    st_mbr: np.ndarray
+    st_margin: np.ndarray
+    st_pairs: np.ndarray
+    detail_U: np.ndarray
+    detail_quality: np.ndarray
+    detail_choice: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def claims(result: Result) -> list[Claim]:
+    m = result.metrics
+    q = result.q_methods
+    nan_detail = "set self-training iterations ≥ 1 to measure this"
+    return [
+        Claim("MBR decoding with a reference-based judge clearly improves over greedy decoding",
+              measured=m["gain_over_greedy"], op=">=", threshold=0.15, label="quality MBR-judge − greedy",
+              detail=f"MBR-judge {q['MBR judge']:.3f}, greedy {q['greedy']:.3f}, one sample {q['one sample']:.3f}"),
+        Claim("Inside MBR, the meaning-aware judge beats lexical and embedding utilities",
+              measured=m["gain_over_other_utilities"], op=">=", threshold=0.08,
+              label="quality MBR-judge − best of (lexical, embedding)",
+              detail=f"lexical {q['MBR lexical']:.3f}, embedding {q['MBR embedding']:.3f}; best-of-N with the "
+                     f"reference-free judge {q['best-of-N (reference-free judge)']:.3f}"),
+        Claim("After DPO self-training on MBR-chosen vs rejected outputs, plain greedy decoding reaches the base "
+              "model's MBR quality", measured=m["greedy_after_minus_base_mbr"], op=">=", threshold=0.0,
+              label="greedy(after) − MBR-judge(base)",
+              detail=(f"greedy after {len(result.st_iters) - 1} iterations {m['greedy_after']:.3f} vs base MBR "
+                      f"{q['MBR judge']:.3f}") if np.isfinite(m["greedy_after"]) else nan_detail),
+        Claim("…which is a large gain for greedy decoding itself", measured=m["greedy_after_minus_base_greedy"],
+              op=">=", threshold=0.3, label="greedy(after) − greedy(base)",
+              detail="" if np.isfinite(m["greedy_after"]) else nan_detail),
+    ]

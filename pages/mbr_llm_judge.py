@@ -1,0 +1,98 @@
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from components import charts, download, layout, state
+from components.runner import run_or_stop
+from engine import mbr_llm_judge as eng
+
+SLUG = "mbr-llm-judge"
+layout.paper_header(
+    SLUG,
+    idea=(
+        "A judge that compares an answer with a reference agrees with people better than one that scores an "
+        "answer alone — but when generating there is no reference. Minimum Bayes Risk (MBR) decoding uses the "
+        "model's own samples as pseudo-references: draw N candidates, let the judge score every candidate "
+        "against every other, and return the one with the best average score — the consensus answer under a "
+        "utility that understands meaning. To avoid N² judge calls at test time, the model is then self-trained "
+        "with DPO on (MBR-best, MBR-worst) pairs of its own samples, after which plain greedy decoding is as "
+        "good as MBR was."
+    ),
+    caveat=(
+        "No LLM or judge model can be downloaded, so this runs in a synthetic instruction-following world with a "
+        "known true quality: each prompt asks for 6 rubric items; each value has synonyms, and the "
+        "demonstrations make a bland generic word the most likely token (so greedy answers are bland). The "
+        "'judge' is a noisy formula comparing meanings (synonyms count as equal); it never sees the truth. The "
+        "lexical utility is exact token overlap (a ROUGE-1-like stand-in for chrF/BLEU) and the embedding "
+        "utility a synthetic word-similarity table. The policy is a linear softmax model."
+    ),
+)
+cfg = state.bind_config(eng.Config, SLUG)
+state.share_link(cfg)
+layout.device_indicator()
+res = run_or_stop("engine.mbr_llm_judge", cfg, label="Decoding and self-training")
+layout.claims_panel(eng.claims(res))
+
+vals = [res.q_methods[m] for m in res.methods]
+charts.show(charts.bars(res.methods, vals, title=f"True quality on test prompts (N = {cfg.n_candidates})",
+                        ylabel="share of correct rubric items"), key="bars")
+download.download_csv(pd.DataFrame({"method": res.methods, "quality": vals}), "mbr_quality.csv")
+
+c1, c2 = st.columns(2)
+with c1:
+    fig = charts.lines(res.n_values, res.q_vs_n, title="Quality vs number of candidates", xlabel="N",
+                       ylabel="quality", log_x=True, mode="lines+markers")
+    fig.update_xaxes(tickvals=list(res.n_values), ticktext=[str(v) for v in res.n_values])
+    charts.show(fig, key="vs_n")
+    download.download_csv(pd.DataFrame({"N": res.n_values, **res.q_vs_n}), "mbr_quality_vs_n.csv")
+with c2:
+    charts.show(charts.lines(res.p_know_values, {"best-of-N (reference-free judge)": res.bon_vs_pknow,
+                                                 "MBR judge": np.full(len(res.p_know_values), res.mbr_level)},
+                             title="When is a reference-free judge good enough?",
+                             xlabel="reference-free judge knowledge p_know", ylabel="quality",
+                             mode="lines+markers"), key="pknow")
+    download.download_csv(pd.DataFrame({"p_know": res.p_know_values, "best_of_n": res.bon_vs_pknow,
+                                        "mbr_judge": res.mbr_level}), "mbr_bon_vs_pknow.csv")
+
+c3, c4 = st.columns(2)
+with c3:
+    fig = charts.lines(res.st_iters, {"greedy": res.st_greedy, "MBR judge": res.st_mbr,
+                                      "base model's MBR": np.full(len(res.st_iters), res.mbr_level)},
+                       title="Self-training with DPO on MBR pairs", xlabel="iteration", ylabel="quality",
+                       mode="lines+markers")
+    charts.show(fig, key="selftrain")
+    download.download_csv(pd.DataFrame({"iteration": res.st_iters, "greedy": res.st_greedy, "mbr": res.st_mbr}),
+                          "mbr_self_training.csv")
+    if len(res.st_margin):
+        st.caption("Mean implied DPO reward margin per iteration: " +
+                   ", ".join(f"{m:.2f}" for m in res.st_margin) + "; pairs used: " +
+                   ", ".join(str(p) for p in res.st_pairs))
+with c4:
+    N = res.detail_U.shape[0]
+    U = res.detail_U.astype(float).copy()
+    U[np.eye(N, dtype=bool)] = np.nan
+    labels = [f"#{i + 1} (q={res.detail_quality[i]:.2f})" + (" ★" if i == res.detail_choice else "")
+              for i in range(N)]
+    fig = go.Figure(go.Heatmap(z=U, x=[f"ref #{i + 1}" for i in range(N)], y=labels, colorscale="Viridis",
+                               zmin=1, zmax=5, colorbar=dict(title="judge")))
+    fig.update_yaxes(autorange="reversed")
+    charts.show(charts.themed(fig, "One test prompt: judge scores (★ = MBR choice)", 380), key="heat")
+    download.download_csv(download.matrix_frame(res.detail_U, "candidate", "reference", "judge_score"),
+                          "mbr_detail_utilities.csv")
+
+layout.how_it_works(r"""
+**MBR decoding.** Sample $y_1,\dots,y_N \sim \pi(\cdot\mid x)$; with a utility $u(y;\text{ref})$,
+$$y^\star = \arg\max_i\ \frac{1}{N-1}\sum_{j\ne i} u(y_i; y_j).$$
+Utilities here: the judge $u_J = \mathrm{clip}(\mathrm{round}(1 + 4c + \sigma\xi), 1, 5)$ with $c$ the share of items on which
+candidate and reference state the same value (synonyms equal, the generic word counts as no content); lexical = share of
+identical tokens; embedding = mean word similarity. Best-of-N instead takes $\arg\max_i s(y_i)$ with a reference-free
+judge that knows each item's answer only with probability $p_{\text{know}}$.
+
+**Self-training.** For each training prompt take $y_w = $ MBR-best and $y_l = $ MBR-worst of the current policy's samples and
+minimise the DPO loss with the previous policy as reference:
+$$\mathcal L = -\log\sigma\Big(\beta\big[\log\tfrac{\pi(y_w\mid x)}{\pi_{\text{ref}}(y_w\mid x)} - \log\tfrac{\pi(y_l\mid x)}{\pi_{\text{ref}}(y_l\mid x)}\big]\Big).$$
+For a policy that factorises over positions, $\partial\mathcal L/\partial z_k = -\beta\,\sigma(-m)\,(e_{y_{w,k}} - e_{y_{l,k}})$.
+
+**True quality** (never shown to any judge): the share of rubric items answered with the correct value.
+""")

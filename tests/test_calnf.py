@@ -1,0 +1,120 @@
+"""CalNF engine: claims at the default config and checks against independent computations."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from engine import calnf as eng
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    claims = eng.claims(default_result)
+    assert len(claims) == 5
+    failed = [c.describe() for c in claims if not c.passed]
+    assert not failed, failed
+
+
+def _random_flow(K=3, seed=0, scale=0.3):
+    torch.manual_seed(seed)
+    flow = eng._build_flow(K).double()
+    with torch.no_grad():
+        for p in flow.parameters():
+            p.add_(scale * torch.randn_like(p))
+    return flow
+
+
+def test_log_prob_matches_autograd_jacobian():
+    flow = _random_flow()
+    c = torch.tensor([[0.2, -0.5, 1.0]], dtype=torch.float64)
+    x = torch.randn(5, 2, dtype=torch.float64)
+    lp = flow.log_prob(x, c.expand(5, 3))
+    for i in range(5):
+        J = torch.autograd.functional.jacobian(lambda v: flow.forward_map(v[None], c)[0][0], x[i])
+        z = flow.forward_map(x[i:i + 1], c)[0][0]
+        z = z.detach()
+        ref = -0.5 * float(z @ z) - math.log(2 * math.pi) + math.log(abs(float(torch.linalg.det(J))))
+        assert abs(float(lp[i].detach()) - ref) < 1e-8
+
+
+def test_inverse_and_normalisation():
+    flow = _random_flow(seed=1, scale=0.1)
+    c = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
+    x = torch.randn(200, 2, dtype=torch.float64)
+    z, _ = flow.forward_map(x, c.expand(200, 3))
+    xr = z
+    for layer in reversed(flow.layers):
+        xr = layer.inverse(xr, c.expand(200, 3))
+    assert torch.max(torch.abs(xr - x)) < 1e-5
+    g = torch.linspace(-12, 12, 800, dtype=torch.float64)  # wide box: the perturbed flow has heavy tails
+    gx, gy = torch.meshgrid(g, g, indexing="xy")
+    pts = torch.stack([gx.ravel(), gy.ravel()], 1)
+    mass = float(torch.exp(flow.log_prob(pts, c.expand(len(pts), 3))).sum()) * float(g[1] - g[0]) ** 2
+    assert abs(mass - 1.0) < 0.01
+
+
+def test_identity_at_initialisation():
+    torch.manual_seed(0)
+    flow = eng._build_flow(4)
+    x = torch.randn(50, 2)
+    ref = torch.distributions.MultivariateNormal(torch.zeros(2), torch.eye(2)).log_prob(x)
+    assert torch.allclose(flow.log_prob(x, torch.rand(50, 4)), ref, atol=1e-6)
+
+
+def test_data_generator_against_fresh_formulas():
+    rng = np.random.default_rng(0)
+    nom = eng.two_moons(rng, 200_000, False)
+    fail = eng.two_moons(rng, 200_000, True)
+    assert np.allclose(nom.mean(0), [-0.5, 2 / math.pi - 0.25], atol=0.01)
+    assert np.allclose(fail.mean(0), [0.5, 0.25 - 2 / math.pi], atol=0.01)
+    # same draws: the failure moon is the nominal moon rotated by pi about the midpoint (0, 0)
+    a = eng.two_moons(np.random.default_rng(5), 1000, True)
+    b = eng.two_moons(np.random.default_rng(5), 1000, False)
+    r = np.random.default_rng(5)
+    r.uniform(0.0, math.pi, 1000)
+    noise = 0.1 * r.standard_normal((1000, 2))
+    assert np.allclose(a + b, 2 * noise)
+
+
+def test_subsets_partition_and_size():
+    rng = np.random.default_rng(0)
+    for n, K in ((20, 5), (7, 3), (4, 2)):
+        subs = eng.make_subsets(rng, n, K)
+        assert len(subs) == K and all(len(s) == n // 2 for s in subs)
+        assert len(np.intersect1d(subs[0], subs[1])) == 0
+        if n % 2 == 0:
+            assert set(subs[0]) | set(subs[1]) == set(range(n))
+
+
+def test_kl_estimator_matches_gaussian_closed_form():
+    """Conditioners that ignore x make every layer an affine map of its coordinate, so each q(.; c) is a
+    diagonal Gaussian; its mean and std follow from f(0) and f(e_d) - f(0). MC KL vs the closed form."""
+    torch.manual_seed(3)
+    flow = eng._build_flow(1).double()
+    with torch.no_grad():
+        for layer in flow.layers:
+            for p in layer.net.parameters():
+                p.copy_(0.8 * torch.randn_like(p))
+            layer.net[0].weight[:, 0] = 0.0  # no dependence on the other coordinate
+
+    def gaussian(c):
+        f0 = flow.forward_map(torch.zeros(1, 2, dtype=torch.float64), c)[0][0]
+        scale = flow.forward_map(torch.eye(2, dtype=torch.float64), c.expand(2, 1))[0].diagonal() - f0
+        return -f0 / scale, 1.0 / scale.abs()
+
+    c1 = torch.ones(1, 1, dtype=torch.float64)
+    c0 = torch.zeros(1, 1, dtype=torch.float64)
+    with torch.no_grad():
+        m1, s1 = gaussian(c1)
+        m0, s0 = gaussian(c0)
+        kl = float((torch.log(s0 / s1) + (s1**2 + (m1 - m0) ** 2) / (2 * s0**2) - 0.5).sum())
+        est, terms = eng.kl_mc(flow, c1, c0, 20000, torch.Generator().manual_seed(0))
+    se = float(terms.std()) / math.sqrt(20000)
+    assert kl > 0.05
+    assert abs(float(est) - kl) < 3 * se + 1e-9

@@ -1,0 +1,150 @@
+import numpy as np
+import pytest
+from scipy.special import logsumexp
+from scipy.stats import multivariate_normal
+
+from engine import lift as eng
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    for c in eng.claims(default_result):
+        assert c.passed, c.describe()
+
+
+def test_gibbs_draws_of_phi_for_fixed_thetas():
+    rng = np.random.default_rng(0)
+    N, beta, sphi = 10, 0.3, 2.0
+    theta0 = np.array([0.5, -1.0, 2.0])
+    # ε = 0 keeps every θ_i at θ0, so φ | θ ~ N(v J / β², v) with J = N θ0
+    samples, _, _ = eng.sgld_gibbs(lambda idx, th: (np.zeros(len(idx)), np.zeros_like(th)), theta0, N, beta, sphi,
+                                   0.0, 20000, 0, warm=10, thin=1, task_frac=1.0, rng=rng)
+    v = 1 / (1 / sphi**2 + N / beta**2)
+    np.testing.assert_allclose(samples.mean(0), v * N * theta0 / beta**2, atol=5 * np.sqrt(v / len(samples)))
+    np.testing.assert_allclose(samples.var(0), v, rtol=0.05)
+
+
+def test_running_sum_with_task_subsets():
+    rng = np.random.default_rng(1)
+    target = rng.normal(size=(6, 4))
+
+    def llg(idx, th):
+        return -0.5 * np.sum((th - target[idx]) ** 2, 1), -(th - target[idx])
+
+    _, theta, _ = eng.sgld_gibbs(llg, np.zeros(4), 6, 0.5, 3.0, 1e-2, 300, 100, warm=50, thin=5, task_frac=0.5,
+                                 rng=rng)
+    assert np.all(np.isfinite(theta))
+
+
+def test_online_em_single_component_is_exact_moments():
+    rng = np.random.default_rng(2)
+    X = rng.normal(2.0, 0.7, size=(500, 3))
+    g = eng.OnlineGMM(X[:1], X.var(0), rng, gamma=lambda t: 1.0 / (t + 1))
+    for x in X:
+        g.update(x)
+    np.testing.assert_allclose(g.mu[0], X.mean(0), atol=1e-10)
+    np.testing.assert_allclose(g.v[0], X.var(0), atol=1e-10)
+
+
+def test_online_em_two_clusters():
+    rng = np.random.default_rng(3)
+    X = np.vstack([rng.normal(-5, 0.3, (300, 2)), rng.normal(5, 0.3, (300, 2))])[rng.permutation(600)]
+    g = eng.fit_gmm(X, 2, rng)
+    means = np.sort(g.mu[:, 0])
+    np.testing.assert_allclose(means, [-5, 5], atol=0.3)
+
+
+def test_mixture_logpdf_and_gradient():
+    rng = np.random.default_rng(4)
+    M, P = 3, 4
+    pi = np.array([0.2, 0.5, 0.3])
+    mu = rng.normal(size=(M, P))
+    var = rng.uniform(0.2, 1.0, (M, P)) + 0.15**2
+    th = rng.normal(size=(5, P))
+    lp, grad = eng.mixture_logpdf_grad(th, pi, mu, var)
+    ref = logsumexp([np.log(pi[m]) + multivariate_normal(mu[m], np.diag(var[m])).logpdf(th) for m in range(M)], axis=0)
+    np.testing.assert_allclose(lp, ref, atol=1e-10)
+    eps = 1e-6
+    for j in range(P):
+        e = np.zeros(P)
+        e[j] = eps
+        fd = (eng.mixture_logpdf_grad(th + e, pi, mu, var)[0] - eng.mixture_logpdf_grad(th - e, pi, mu, var)[0]) / (2 * eps)
+        np.testing.assert_allclose(grad[:, j], fd, atol=1e-6)
+
+
+def test_loglik_gradient_matches_finite_differences():
+    rng = np.random.default_rng(5)
+    fam = eng.LoraFamily(rng, 2)
+    X = rng.normal(size=(3, 7, eng.DX))
+    H = fam.h(X)
+    th = rng.normal(size=(3, fam.P))
+    Y = fam.predict(th, H) + rng.normal(size=(3, 7, eng.DY))
+    st = fam.stats(H, Y)
+    ll, g = fam.loglik_grad(th, st)
+    np.testing.assert_allclose(ll, -0.5 * np.sum((Y - fam.predict(th, H)) ** 2, (1, 2)) / eng.SIGMA_Y**2)
+    for j in (0, 5, fam.P - 1):
+        e = np.zeros(fam.P)
+        e[j] = 1e-6
+        fd = (fam.loglik_grad(th + e, st)[0] - fam.loglik_grad(th - e, st)[0]) / 2e-6
+        np.testing.assert_allclose(g[:, j], fd, rtol=1e-4, atol=1e-3)
+
+
+def test_linear_gaussian_mode_matches_exact_posterior():
+    """A frozen: the model is linear-Gaussian and p(φ_B | D) is known in closed form."""
+    rng = np.random.default_rng(6)
+    r, N, n, beta, sphi = 1, 8, 10, 0.3, 3.0
+    fam = eng.LoraFamily(rng, r)
+    A0 = rng.normal(0, 0.5, (r, eng.DH))
+    th_true = np.concatenate([np.tile(A0.ravel(), (N, 1)), rng.normal(0.5, beta, (N, eng.DY * r))], 1)
+    H = fam.h(rng.normal(size=(N, n, eng.DX)))
+    Y = fam.predict(th_true, H) + eng.SIGMA_Y * rng.normal(size=(N, n, eng.DY))
+    st = fam.stats(H, Y)
+    freeze = np.zeros(fam.P, bool)
+    freeze[: r * eng.DH] = True
+    theta0 = np.concatenate([A0.ravel(), np.zeros(eng.DY * r)])
+    samples, _, _ = eng.sgld_gibbs(lambda idx, th: fam.loglik_grad(th, tuple(a[idx] for a in st)), theta0, N, beta,
+                                   sphi, 2e-4, 30000, 2000, warm=200, thin=5, task_frac=1.0, rng=rng, freeze=freeze)
+    phiB = samples[:, r * eng.DH:].reshape(-1, eng.DY, r)
+    for j in range(eng.DY):
+        prec = np.eye(r) / sphi**2
+        lin = np.zeros(r)
+        for i in range(N):
+            Phi = H[i] @ A0.T
+            C = eng.SIGMA_Y**2 * np.eye(n) + beta**2 * Phi @ Phi.T
+            Ci = np.linalg.inv(C)
+            prec += Phi.T @ Ci @ Phi
+            lin += Phi.T @ Ci @ (Y[i, :, j] - H[i] @ fam.W0[j])
+        cov = np.linalg.inv(prec)
+        mean = cov @ lin
+        sd = np.sqrt(np.diag(cov))
+        np.testing.assert_allclose(phiB[:, j].mean(0), mean, atol=0.3 * sd.max() + 1e-3)
+        assert 0.6 < phiB[:, j].var(0)[0] / cov[0, 0] < 1.6
+
+
+def test_tiny_beta_pins_to_component_mean():
+    rng = np.random.default_rng(7)
+    fam = eng.LoraFamily(rng, 2)
+    H = fam.h(rng.normal(size=(4, 3, eng.DX)))
+    Y = rng.normal(size=(4, 3, eng.DY))
+    st = fam.stats(H, Y)
+    mu = rng.normal(size=(1, fam.P))
+    th = eng.map_finetune(lambda t: fam.loglik_grad(t, st), np.tile(mu, (4, 1)) + 0.1,
+                          (np.ones(1), mu, np.full((1, fam.P), 1e-8)), steps=400, lr=0.01)
+    np.testing.assert_allclose(th, np.tile(mu, (4, 1)), atol=0.02)
+
+
+def test_unrelated_tasks_remove_the_benefit(default_result):
+    res = eng.run(eng.Config(beta_true=1.0, beta=1.0, step=3e-5))
+    assert res.metrics["ratio_k"] > 0.9 > default_result.metrics["ratio_k"]
+    assert not eng.claims(res)[0].passed
+
+
+def test_divergence_is_a_clear_message():
+    from engine.core import InputError
+
+    with pytest.raises(InputError):
+        eng.run(eng.Config(n_examples=50, step=3e-4))

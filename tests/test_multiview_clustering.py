@@ -1,0 +1,108 @@
+"""COPER multi-view clustering: claims at the default config and independent checks of the pieces."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.cross_decomposition import CCA
+from sklearn.metrics import normalized_mutual_info_score
+
+from engine import multiview_clustering as eng
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    failed = [c.describe() for c in eng.claims(default_result) if not c.passed]
+    assert not failed, failed
+
+
+def test_result_small_and_picklable(default_result):
+    assert len(pickle.dumps(default_result)) < 2_000_000
+    assert default_result.confusion.sum() == len(default_result.labels)
+
+
+def test_scores_use_sklearn_nmi_and_matched_accuracy(default_result):
+    r = default_result
+    assert r.scores["COPER"]["NMI"] == pytest.approx(normalized_mutual_info_score(r.labels, r.pred))
+    # matched accuracy equals the diagonal of the Hungarian-matched confusion matrix
+    assert r.scores["COPER"]["ACC"] == pytest.approx(np.trace(r.confusion) / len(r.labels))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_hungarian_accuracy_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    k_true, k_pred = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+    y = rng.integers(0, k_true, size=60)
+    p = rng.integers(0, k_pred, size=60)
+    p[:20] = (y[:20] + 1) % k_pred  # some structure
+    assert eng.cluster_accuracy(y, p) == pytest.approx(eng.brute_force_accuracy(y, p))
+
+
+def test_accuracy_is_permutation_invariant():
+    y = np.array([0, 0, 1, 1, 2, 2, 2])
+    assert eng.cluster_accuracy(y, (y + 1) % 3) == 1.0
+    assert eng.cluster_accuracy(y, np.zeros_like(y)) == pytest.approx(3 / 7)
+
+
+def test_cca_loss_matches_qr_canonical_correlations():
+    import torch
+
+    rng = np.random.default_rng(0)
+    n = 400
+    z = rng.normal(size=(n, 2))
+    a = np.hstack([z, rng.normal(size=(n, 2))]) @ rng.normal(size=(4, 4))
+    b = np.hstack([z + 0.5 * rng.normal(size=(n, 2)), rng.normal(size=(n, 2))]) @ rng.normal(size=(4, 4))
+    qa, _ = np.linalg.qr(a - a.mean(0))
+    qb, _ = np.linalg.qr(b - b.mean(0))
+    ref = np.linalg.svd(qa.T @ qb, compute_uv=False)  # canonical correlations (Björck-Golub)
+    ours = -float(eng.cca_loss(torch.tensor(a), torch.tensor(b), eps=1e-10)) * 4
+    assert ours == pytest.approx(ref.sum(), rel=1e-6)
+    # and the first one agrees with scikit-learn's CCA
+    u, v = CCA(n_components=1, max_iter=2000, tol=1e-10).fit(a, b).transform(a, b)
+    assert abs(np.corrcoef(u[:, 0], v[:, 0])[0, 1]) == pytest.approx(ref[0], rel=1e-4)
+
+
+def test_within_cluster_permutation():
+    rng = np.random.default_rng(0)
+    pseudo = np.array([0, 1, -1, 0, 1, 0, -1, 2])
+    perm = eng.within_cluster_permutation(pseudo, rng)
+    assert sorted(perm) == list(range(len(pseudo)))
+    assert np.all(pseudo[perm] == pseudo)  # stays inside its pseudo-cluster
+    assert np.all(perm[pseudo < 0] == np.nonzero(pseudo < 0)[0])  # unlabelled samples stay put
+
+
+def test_pseudo_labels_require_agreeing_views():
+    h = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    p = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.2, 0.8]])
+    lab = eng.pseudo_labels(h, p, p, p, threshold=0.5)
+    assert list(lab) == [0, 0, 1, 1]
+    p2 = p.copy()
+    p2[1] = [0.1, 0.9]  # view 2 disagrees on sample 1
+    lab = eng.pseudo_labels(h, p, p, p2, threshold=0.5)
+    assert list(lab) == [0, -1, 1, 1]
+    # a strict threshold keeps only the samples that coincide with their prototype (here one per cluster)
+    assert list(eng.pseudo_labels(h, p, p, p, threshold=0.9999)) == [0, -1, 1, -1]
+
+
+def test_digit_views_share_only_the_class():
+    rng = np.random.default_rng(0)
+    v1, v2, y = eng.make_digits_views(rng, 200, 5, 0.5)
+    assert v1.shape == v2.shape == (200, 64) and set(np.unique(y)) <= set(range(5))
+    imgs, labels = eng._digits()
+    flat = imgs.reshape(len(imgs), -1)
+    # view 2 (noise-free part) comes from a different image of the same class: no exact copy of the sample
+    noiseless = eng.make_digits_views(np.random.default_rng(0), 200, 5, 0.0)[1]
+    for i in range(20):
+        j = np.nonzero(np.all(np.isclose(flat, noiseless[i]), axis=1))[0]
+        assert len(j) >= 1 and labels[j[0]] == y[i]
+
+
+def test_bad_combination_rejected():
+    with pytest.raises(ValueError):
+        eng.Config(warmup=200, epochs=100)
