@@ -5,7 +5,10 @@ Keep this file light: it runs on every page view and must not import torch.
 
 import streamlit as st
 
+from engine.core.device import limit_native_threads
 from engine.registry import AREAS, PAPERS
+
+limit_native_threads()
 
 st.set_page_config(page_title="ICLR 2025 Explorer", page_icon=":material/science:", layout="wide")
 

@@ -43,3 +43,18 @@ def device_label() -> str:
     if torch.cuda.is_available():
         return f"CUDA: {torch.cuda.get_device_name(0)}"
     return "CPU"
+
+
+def limit_native_threads() -> None:
+    """One BLAS/OpenMP thread per process unless EXPLORER_TORCH_THREADS says otherwise.
+
+    A Streamlit server runs several sessions at once on two cores; extra native threads
+    spin against each other and make small numpy/scipy/sklearn calls many times slower.
+    Applies to the libraries already loaded (numpy's BLAS); torch is limited in get_device.
+    """
+    n = max(1, int(os.environ.get("EXPLORER_TORCH_THREADS", "1")))
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(n)
