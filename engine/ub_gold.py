@@ -430,8 +430,6 @@ def claims(result: Result) -> list[Claim]:
               m["max_metric_gap_vs_sklearn"], "<=", 1e-9, label="largest |ours − sklearn|",
               detail="roc_auc_score, average_precision_score, roc_curve on every detector × scenario",
               fmt=".1e"),
-        Claim("Every scenario is detectable, clearly above chance, by at least one unsupervised detector",
-              m["best_auroc_min"], ">=", 0.65, label="worst scenario's best AUROC",
-              detail="0.5 is chance; a broken detector suite or an unlearnable scenario stays near 0.5",
-              fmt=".3f"),
     ]
+    # (The worst scenario's best AUROC, metrics["best_auroc_min"], is shown on the page but not
+    # claimed: its threshold would have been chosen after seeing the results.)
