@@ -6,7 +6,7 @@ Keep this file light: it runs on every page view and must not import torch.
 import streamlit as st
 
 from engine.core.device import limit_native_threads
-from engine.registry import AREAS, PAPERS
+from engine.registry import AREAS, PAPERS, short_name
 
 limit_native_threads()
 
@@ -15,8 +15,7 @@ st.set_page_config(page_title="ICLR 2025 Explorer", page_icon=":material/science
 home = st.Page("pages/home.py", title="Home: all 38 papers", icon=":material/home:", default=True)
 sections: dict[str, list] = {"Explorer": [home]}
 for area in AREAS:
-    pages = [st.Page(p.page, title=p.title if len(p.title) < 48 else p.title[:46] + "…",
-                     icon=p.icon, url_path=p.url_path)
+    pages = [st.Page(p.page, title=short_name(p), icon=p.icon, url_path=p.url_path)
              for p in PAPERS if p.area == area and p.built]
     if pages:
         sections[area] = pages

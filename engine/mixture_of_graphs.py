@@ -48,8 +48,8 @@ GRID = (0.5, 0.7, 0.9)
 
 @dataclass(frozen=True)
 class Config:
-    n_nodes: int = param(800, Int(400, 3000, "Nodes", step=200))
-    dense_degree: int = param(40, Int(10, 80, "Mean degree, noisy region", step=5,
+    n_nodes: int = param(800, Int(400, 2400, "Nodes", step=200))
+    dense_degree: int = param(40, Int(10, 60, "Mean degree, noisy region", step=5,
                                       help="the dense region whose links are noisy"))
     sparse_degree: int = param(8, Int(3, 20, "Mean degree, clean region",
                                       help="the sparse region whose links are reliable"))
@@ -60,8 +60,8 @@ class Config:
     target_sparsity: float = param(0.7, Float(0.3, 0.9, "Target sparsity", step=0.05,
                                               help="fraction of edges the router is asked to remove"))
     top_k: int = param(2, Int(1, 3, "Experts mixed per node (top-k) in training"))
-    epochs: int = param(60, Int(20, 200, "Router training epochs", step=20))
-    timing_nodes: int = param(8000, Choice((4000, 8000, 16000), "Nodes of the timing graph",
+    epochs: int = param(60, Int(20, 160, "Router training epochs", step=20))
+    timing_nodes: int = param(8000, Choice((4000, 8000, 12000), "Nodes of the timing graph",
                                            widget="select_slider", group="Inference timing",
                                            help="the trained router sparsifies a larger graph of the same "
                                                 "family, and one GCN forward pass is timed on it"))

@@ -105,7 +105,8 @@ PAPERS: list[Paper] = [
     # --- RL & control
     Paper("residual-mppi", "Residual-MPPI: Online Policy Customization for Continuous Control", R,
           "Plan around a prior policy with MPPI, adding its log-likelihood to a new objective, to "
-          "customise behaviour at execution time.", arxiv="2407.00898"),
+          "customise behaviour at execution time.", arxiv="2407.00898",
+          page="pages/residual_mppi.py", module="engine.residual_mppi"),
     Paper("safety-representations", "Safety Representations for Safer Policy Learning", R,
           "Append a learned distribution of steps-to-cost to the state so the agent explores "
           "with fewer constraint violations.", arxiv="2502.20341"),
@@ -115,7 +116,8 @@ PAPERS: list[Paper] = [
           page="pages/pqn.py", module="engine.pqn"),
     Paper("mad-td", "MAD-TD: Model-Augmented Data stabilizes High Update Ratio RL", R,
           "Mixing a few model-generated transitions into high update-to-data TD learning curbs "
-          "value overestimation.", arxiv="2410.08896"),
+          "value overestimation.", arxiv="2410.08896",
+          page="pages/mad_td.py", module="engine.mad_td"),
     Paper("softmoe-tokenization", "Don't flatten, tokenize! Unlocking the key to SoftMoE's efficacy in deep RL", R,
           "Most of SoftMoE's gain in deep RL comes from tokenising the encoder output, not from "
           "having many experts.", arxiv="2410.01930"),
@@ -145,7 +147,8 @@ PAPERS: list[Paper] = [
           page="pages/unbalanced_fm.py", module="engine.unbalanced_fm"),
     Paper("tabwak", "TabWak: A Watermark for Tabular Diffusion Models", G,
           "Watermark synthetic tables through self-cloned, shuffled latent seeds and detect it by "
-          "inverting rows to latents."),
+          "inverting rows to latents.",
+          page="pages/tabwak.py", module="engine.tabwak"),
     Paper("diffusion-planning", "What Makes a Good Diffusion Planner for Decision Making?", G,
           "A diffusion planner over maze trajectories: unconditional sampling plus selection "
           "beats guided sampling.", arxiv="2503.00535"),
@@ -193,7 +196,8 @@ PAPERS: list[Paper] = [
     Paper("mup-local-learning", "Local Loss Optimization in the Infinite Width: Stable Parameterization of "
           "Predictive Coding Networks and Target Propagation", T,
           "Under muP the best learning rate of predictive coding and target propagation transfers "
-          "across widths.", arxiv="2411.02001"),
+          "across widths.", arxiv="2411.02001",
+          page="pages/mup_local_learning.py", module="engine.mup_local_learning"),
     Paper("moe-continual", "Theory on Mixture-of-Experts in Continual Learning", T,
           "A gated mixture of linear experts forgets less than one expert, provided gating updates "
           "stop after enough rounds.", arxiv="2406.16437", page="pages/moe_continual.py",
@@ -216,3 +220,25 @@ def get(slug: str) -> Paper:
 
 def built_papers() -> list[Paper]:
     return [p for p in PAPERS if p.built]
+
+# Short names for the navigation sidebar.
+SHORT = {
+    "bilinear-mlp": "Bilinear MLPs", "attention-sink": "Attention sink", "mcqa-mechanics": "MCQA mechanics",
+    "group-compact-proofs": "Group-operation proofs", "icl-ar-ntp": "ICL from next-token prediction",
+    "trackstar-tda": "TrackStar fact tracing", "loss-reweighting": "Loss-based reweighting",
+    "lora-pro": "LoRA-Pro", "lift": "LiFT", "integrative-decoding": "Integrative decoding",
+    "mbr-llm-judge": "MBR with LLM judges", "docvqa-mia": "DocMIA", "residual-mppi": "Residual-MPPI",
+    "safety-representations": "Safety representations", "pqn": "PQN (simplified TD)", "mad-td": "MAD-TD",
+    "softmoe-tokenization": "SoftMoE: tokenize", "blendrl": "BlendRL", "gap-dependent-q": "Gap-dependent Q-learning",
+    "rfwave": "RFWave", "calnf": "CalNF", "deep-ruot": "DeepRUOT", "unbalanced-fm": "Unbalanced flow matching",
+    "tabwak": "TabWak", "diffusion-planning": "Diffusion planning", "implicit-preference-motion":
+    "Preference alignment for motion", "spectral-rewiring": "ComFy rewiring", "ub-gold": "UB-GOLD",
+    "mixture-of-graphs": "Mixture of graphs", "jl-dynamic-graph-metric": "JL dynamic-graph metric",
+    "densematcher": "DenseMatcher", "inference-set-design": "Inference set design", "crossmpt": "CrossMPT",
+    "qnn-ansatz": "QNN distinguishability", "mup-local-learning": "μP for local learning",
+    "moe-continual": "MoE in continual learning", "dp-bandmf": "DP-BandMF", "multiview-clustering": "COPER clustering",
+}
+
+
+def short_name(paper: Paper) -> str:
+    return SHORT.get(paper.slug, paper.title)

@@ -48,7 +48,7 @@ for col, k in zip((c1, c2, c3, c4), ("calnf", "plain", "failure_only", "pooled")
 others = {k: m[f"held_fail_clip_{k}"] for k in ("plain", "failure_only", "pooled")}
 better = [names[k] for k, v in others.items() if v >= m["held_fail_clip_calnf"]]
 if better:
-    st.warning("The paper's headline — CalNF beats every baseline on held-out failure likelihood — is **not "
+    st.info("The paper's headline — CalNF beats every baseline on held-out failure likelihood — is **not "
                f"reproduced at this scale** on this run: {', '.join(better)} scored at least as high. "
                "(The same flow, data and number of steps for every method.)", icon=":material/science:")
 else:
@@ -127,7 +127,7 @@ with right:
         if m["compare_mean_calnf"] > np.mean(res.compare[best_other]):
             st.success(f"CalNF has the best mean held-out failure likelihood of the {len(keys)} methods here.")
         else:
-            st.warning(f"Paper's advantage not reproduced at this scale: {names[best_other]} has a higher mean "
+            st.info(f"Paper's advantage not reproduced at this scale: {names[best_other]} has a higher mean "
                        "held-out failure likelihood than CalNF over these three seeds.")
     else:
         st.caption("Tick *Compare all* under Advanced to add β-NF and average every method over three seeds.")

@@ -162,3 +162,9 @@ def test_view_only_widget_is_bound_to_the_url():
     _widget(at, "densematcher:view").set_value("initial")
     at.run()
     assert at.query_params["view"] in ("initial", ["initial"])
+
+
+def test_every_paper_has_a_short_name():
+    from engine.registry import SHORT
+
+    assert set(SHORT) == {p.slug for p in PAPERS}
