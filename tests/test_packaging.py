@@ -17,8 +17,12 @@ def test_requirements_match_pyproject():
 
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert "bash scripts/test.sh" in readme and "bash scripts/test.sh" in ci
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    commands = [line for line in readme.splitlines() if line.startswith("python3 -m venv .venv")]
+    assert len(commands) == 2, "README gives two commands: run the app, run the tests"
+    app, test = commands
+    assert app.endswith("streamlit run app.py") and test.endswith("pytest -q")
+    assert test in ci, ".ci/run must call the README's test command"
 
 
 def test_streamlit_config_caps_uploads():
