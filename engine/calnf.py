@@ -47,8 +47,8 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
     def __post_init__(self):
-        if self.compare_all and self.steps > 400:
-            raise ValueError("'compare all' trains eleven flows; use at most 400 training steps with it")
+        if self.compare_all and self.steps > 300:
+            raise ValueError("'compare all' trains fifteen flows; use at most 300 training steps with it")
 
 
 @dataclass

@@ -66,8 +66,8 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
     def __post_init__(self):
-        if self.sweep and self.train_steps > 1000:
-            raise ValueError("the τ sweep trains nine or ten flows; use at most 1000 training steps with it")
+        if self.sweep and self.train_steps > 600:
+            raise ValueError("the τ sweep trains nine or ten flows; use at most 600 training steps with it")
 
 
 @dataclass

@@ -45,6 +45,12 @@ c2.metric("Valid: standard FM", f"{m['valid_standard']:.2f}")
 c3.metric(f"Valid: unbalanced τ={tl}", f"{m['valid_unbalanced']:.2f}")
 c4.metric("Valid: A + relaxation B", f"{m['valid_relax']:.2f}")
 
+if "valid_control" in m:
+    verdict = "below" if m["valid_gain_control"] < 0.15 else "NOT below"
+    st.info(f"Negative control: a relaxation flow with no cutoff (τ_B = ∞) raises the valid fraction by "
+            f"{m['valid_gain_control']:+.2f}, {verdict} the +0.15 that the cutoff flow must reach "
+            f"({m['valid_gain_relax']:+.2f}).", icon=":material/science:")
+
 theta = np.linspace(0, 2 * np.pi, 60)
 
 
