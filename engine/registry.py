@@ -68,17 +68,20 @@ PAPERS: list[Paper] = [
           page="pages/attention_sink.py", module="engine.attention_sink"),
     Paper("mcqa-mechanics", "Answer, Assemble, Ace: Understanding How LMs Answer Multiple Choice Questions", I,
           "Vocabulary projection and activation patching locate the few middle-layer heads that "
-          "write the answer letter.", arxiv="2407.15018"),
+          "write the answer letter.", arxiv="2407.15018",
+          page="pages/mcqa_mechanics.py", module="engine.mcqa_mechanics"),
     Paper("group-compact-proofs", "Towards a Unified and Verified Understanding of Group-Operation Networks", I,
           "One-hidden-layer networks on group multiplication decompose into irreducible "
           "representations, giving a compact accuracy proof cheaper than brute force.", arxiv="2410.07476"),
     Paper("icl-ar-ntp", "Towards Auto-Regressive Next-Token Prediction: In-Context Learning Emerges from "
           "Generalization", I,
           "Pretraining on many linear-dynamics 'topics' makes in-context prediction of unseen ones "
-          "emerge, tracked against a PAC-Bayesian bound.", arxiv="2502.17024"),
+          "emerge, tracked against a PAC-Bayesian bound.", arxiv="2502.17024",
+          page="pages/icl_ar_ntp.py", module="engine.icl_ar_ntp"),
     Paper("trackstar-tda", "Scalable Influence and Fact Tracing for Large Language Model Pretraining", I,
           "Projected, optimizer-corrected, unit-normalised gradients trace a fact back to the "
-          "training examples that caused it, beyond what lexical BM25 finds.", arxiv="2410.17413"),
+          "training examples that caused it, beyond what lexical BM25 finds.", arxiv="2410.17413",
+          page="pages/trackstar_tda.py", module="engine.trackstar_tda"),
     # --- LM training & decoding
     Paper("loss-reweighting", "Dynamic Loss-Based Sample Reweighting for Improved Large Language Model "
           "Pretraining", L,

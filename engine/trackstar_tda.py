@@ -1,0 +1,717 @@
+"""TrackStar fact tracing at toy scale: corrected, projected, whitened, normalised gradients vs BM25.
+
+A synthetic world of 240 facts (80 subjects x 3 relations) is written as ~1 200 short training passages
+(paraphrases that state a fact, plus distractors that only mention a subject or an object). A small
+causal MLP language model (context of 6 tokens) is trained on them once by ``python -m
+engine.trackstar_tda train``; the checkpoint keeps the AdamW state, which the optimizer correction and
+the tail-patch test need.
+
+At run time every passage and every query is encoded by its loss gradient (torch.func vmap + grad),
+optionally divided by sqrt of the Adam second moment, projected with seeded Kronecker-factored Gaussian
+matrices, whitened by a mixed query/train autocorrelation matrix and unit-normalised. Retrieval quality
+is measured two ways: attribution (does the top of the list contain a passage that states the fact?)
+and influence (tail-patch: one AdamW step on a retrieved passage; how much does log p(answer) rise?).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.core import Bool, Choice, Claim, Float, InputError, Int, get_device, param, seed_everything
+from engine.core.progress import report
+
+SLUG = "trackstar-tda"
+CKPT_NAME = f"{SLUG}/lm.pt"
+
+# --------------------------------------------------------------------------------------- synthetic world
+N_SUBJ, N_OBJ = 80, 16
+RELATIONS = ("capital", "born", "job")
+OBJ_PREFIX = {"capital": "city", "born": "year", "job": "job"}
+# three paraphrase templates per relation; the first one is the query template ("{o}" is the answer)
+TEMPLATES = {
+    "capital": ("the capital of {s} is {o} .", "{s} has its capital at {o} .",
+                "{o} is the capital city of {s} ."),
+    "born": ("{s} was born in {o} .", "the birth year of {s} is {o} .", "{o} saw the birth of {s} ."),
+    "job": ("the job of {s} is {o} .", "{s} works as a {o} .", "{o} is the job held by {s} ."),
+}
+SUBJECT_MENTIONS = ("{s} visited the capital market .", "{s} has a big capital plan .",
+                    "the birth of {s} was big news .", "{s} was born in a small town .",
+                    "the job of {s} is not known .", "{s} works as a team .")
+OBJECT_MENTIONS = ("{o} is a nice place to see .", "people like {o} a lot .", "we saw {o} in the news .",
+                   "{o} is a word on the list .")
+CTX = 6          # context length of the language model
+MAXLEN = 12      # longest passage
+PAD = "<pad>"
+METHODS = ("bm25", "grad_dot", "grad_cos", "adam_cos", "trackstar", "custom")
+GRAD_METHODS = METHODS[1:5]
+BETAS = (0.9, 0.98)
+LR, WD, EPS = 3e-3, 0.01, 1e-8
+
+
+@dataclass
+class World:
+    vocab: list[str]
+    passages: list[list[int]]           # token ids
+    kind: np.ndarray                    # 0 proponent, 1 subject mention, 2 object mention
+    fact_of: np.ndarray                 # fact index for proponents, -1 otherwise
+    template_of: np.ndarray             # template index for proponents, -1 otherwise
+    queries: list[list[int]]            # prompt ids
+    targets: np.ndarray                 # answer id per query
+    facts: list[tuple[int, str, int]]   # (subject, relation, object)
+    proponents: list[np.ndarray]        # passage ids stating each fact
+
+    def text(self, ids) -> str:
+        return " ".join(self.vocab[i] for i in ids)
+
+    def checksum(self) -> str:
+        h = hashlib.sha1()
+        for p in self.passages:
+            h.update((",".join(map(str, p)) + ";").encode())
+        return h.hexdigest()[:16]
+
+
+def make_world(seed: int = 0) -> World:
+    rng = np.random.default_rng(seed)
+    subj = [f"s{i:02d}" for i in range(N_SUBJ)]
+    objs = {r: [f"{OBJ_PREFIX[r]}{j:02d}" for j in range(N_OBJ)] for r in RELATIONS}
+    words = sorted({w for ts in (*TEMPLATES.values(), SUBJECT_MENTIONS, OBJECT_MENTIONS) for t in ts
+                    for w in t.split() if w not in ("{s}", "{o}")})
+    vocab = [PAD] + words + subj + [o for r in RELATIONS for o in objs[r]]
+    tid = {w: i for i, w in enumerate(vocab)}
+
+    def enc(t: str, s: str | None = None, o: str | None = None) -> list[int]:
+        return [tid[w] for w in t.format(s=s, o=o).split()]
+
+    facts, passages, kind, fact_of, tmpl_of = [], [], [], [], []
+    proponents: list[list[int]] = []
+    n_counts = rng.choice([1, 2, 3, 4], size=N_SUBJ * len(RELATIONS), p=[0.2, 0.3, 0.3, 0.2])
+    for si in range(N_SUBJ):
+        for r in RELATIONS:
+            facts.append((si, r, int(rng.integers(N_OBJ))))
+    for f, (si, r, oi) in enumerate(facts):
+        order = rng.permutation(3)
+        ids = []
+        for c in range(int(n_counts[f])):
+            t = int(order[c % 3])
+            ids.append(len(passages))
+            passages.append(enc(TEMPLATES[r][t], subj[si], objs[r][oi]))
+            kind.append(0), fact_of.append(f), tmpl_of.append(t)
+        proponents.append(ids)
+    n_prop = len(passages)
+    for _ in range(n_prop // 2):
+        t = SUBJECT_MENTIONS[int(rng.integers(len(SUBJECT_MENTIONS)))]
+        passages.append(enc(t, subj[int(rng.integers(N_SUBJ))]))
+        kind.append(1), fact_of.append(-1), tmpl_of.append(-1)
+    for _ in range(n_prop - n_prop // 2):
+        r = RELATIONS[int(rng.integers(3))]
+        t = OBJECT_MENTIONS[int(rng.integers(len(OBJECT_MENTIONS)))]
+        passages.append(enc(t, o=objs[r][int(rng.integers(N_OBJ))]))
+        kind.append(2), fact_of.append(-1), tmpl_of.append(-1)
+    queries, targets = [], []
+    for si, r, oi in facts:
+        full = enc(TEMPLATES[r][0], subj[si], objs[r][oi])
+        cut = full.index(tid[objs[r][oi]])
+        queries.append(full[:cut])
+        targets.append(tid[objs[r][oi]])
+    return World(vocab, passages, np.array(kind), np.array(fact_of), np.array(tmpl_of), queries,
+                 np.array(targets), facts, [np.array(p, dtype=int) for p in proponents])
+
+
+WORLD = make_world(0)
+
+
+# --------------------------------------------------------------------------------------------- BM25
+def bm25_scores(corpus: list[list], query: list, k1: float = 1.5, b: float = 0.75,
+                epsilon: float = 0.25) -> np.ndarray:
+    """Okapi BM25 of one query against every document (rank_bm25's BM25Okapi rule for the IDF floor).
+
+    idf(t) = ln(N - n_t + 0.5) - ln(n_t + 0.5); a negative idf is replaced by epsilon x (mean idf over the
+    corpus vocabulary). Each query token counts once per occurrence in the query.
+    """
+    n_docs = len(corpus)
+    if n_docs == 0:
+        raise InputError("BM25 needs at least one document")
+    lens = np.array([len(d) for d in corpus], dtype=float)
+    avgdl = lens.mean()
+    df: dict = {}
+    tfs = []
+    for d in corpus:
+        tf: dict = {}
+        for w in d:
+            tf[w] = tf.get(w, 0) + 1
+        tfs.append(tf)
+        for w in tf:
+            df[w] = df.get(w, 0) + 1
+    idf = {w: math.log(n_docs - n + 0.5) - math.log(n + 0.5) for w, n in df.items()}
+    floor = epsilon * (sum(idf.values()) / len(idf))
+    idf = {w: (v if v >= 0 else floor) for w, v in idf.items()}
+    out = np.zeros(n_docs)
+    norm = k1 * (1 - b + b * lens / avgdl)
+    for q in query:
+        f = np.array([tf.get(q, 0) for tf in tfs], dtype=float)
+        out += idf.get(q, 0.0) * f * (k1 + 1) / (f + norm)
+    return out
+
+
+def bm25_matrix(corpus: list[list[int]], queries: list[list[int]], vocab_size: int, k1: float = 1.5,
+                b: float = 0.75, epsilon: float = 0.25) -> np.ndarray:
+    """The same BM25 rule as ``bm25_scores``, vectorised over integer-token queries (Q x D)."""
+    D = len(corpus)
+    tf = np.zeros((D, vocab_size))
+    for i, d in enumerate(corpus):
+        np.add.at(tf[i], np.asarray(d, dtype=int), 1.0)
+    lens = tf.sum(1)
+    df = (tf > 0).sum(0)
+    present = df > 0
+    idf = np.zeros(vocab_size)
+    idf[present] = np.log(D - df[present] + 0.5) - np.log(df[present] + 0.5)
+    floor = epsilon * idf[present].mean()
+    idf[present & (idf < 0)] = floor
+    norm = k1 * (1 - b + b * lens / lens.mean())
+    term = idf[None, :] * tf * (k1 + 1) / (tf + norm[:, None])       # D x V
+    qcount = np.zeros((len(queries), vocab_size))
+    for j, q in enumerate(queries):
+        np.add.at(qcount[j], np.asarray(q, dtype=int), 1.0)
+    return qcount @ term.T
+
+
+def rank_desc(scores: np.ndarray) -> np.ndarray:
+    """Indices by descending score; ties broken by the lower passage index (stable)."""
+    return np.argsort(-scores, axis=-1, kind="stable")
+
+
+# ------------------------------------------------------------------------------------------- the model
+def _torch():
+    import torch
+
+    return torch
+
+
+def encode_passages(world: World):
+    """Fixed-shape next-token problems per passage: contexts (P, MAXLEN-1, CTX), targets and mask."""
+    torch = _torch()
+    P = len(world.passages)
+    padded = np.zeros((P, CTX + MAXLEN), dtype=np.int64)   # CTX pads on the left, then the passage
+    lens = np.array([len(t) for t in world.passages])
+    for p, toks in enumerate(world.passages):
+        padded[p, CTX:CTX + len(toks)] = toks
+    t = np.arange(1, MAXLEN)                                  # predict token t from tokens t-CTX .. t-1
+    X = padded[:, t[:, None] + np.arange(CTX)[None, :]]       # (P, MAXLEN-1, CTX)
+    Y = padded[:, CTX + t]
+    M = (t[None, :] < lens[:, None]).astype(np.float32)
+    return torch.as_tensor(X), torch.as_tensor(Y * (M > 0)), torch.as_tensor(M)
+
+
+def encode_prompts(prompts: list[list[int]]):
+    torch = _torch()
+    return torch.tensor([([0] * CTX + q)[-CTX:] for q in prompts], dtype=torch.long)
+
+
+def init_params(vocab: int, d_emb: int = 12, hidden: int = 96, seed: int = 0) -> dict:
+    torch = _torch()
+    g = torch.Generator().manual_seed(seed)
+    d_in = CTX * d_emb
+    return {
+        "emb": torch.randn(vocab, d_emb, generator=g) * 0.3,
+        "W1": torch.randn(hidden, d_in, generator=g) / math.sqrt(d_in),
+        "b1": torch.zeros(hidden),
+        "W2": torch.randn(vocab, hidden, generator=g) / math.sqrt(hidden),
+        "b2": torch.zeros(vocab),
+    }
+
+
+def logits_fn(params: dict, x):
+    """x: (..., CTX) token ids -> (..., vocab) logits."""
+    torch = _torch()
+    e = params["emb"][x].flatten(-2)
+    h = torch.tanh(e @ params["W1"].T + params["b1"])
+    return h @ params["W2"].T + params["b2"]
+
+
+def passage_loss(params: dict, x, y, m):
+    """Mean next-token cross-entropy of one passage (x: (T, CTX), y: (T,), m: (T,) mask)."""
+    lp = _torch().log_softmax(logits_fn(params, x), -1)
+    nll = -lp.gather(-1, y[:, None])[:, 0]
+    return (nll * m).sum() / m.sum()
+
+
+def query_loss(params: dict, x, y):
+    """-log p(target | prompt) for one query (x: (CTX,), y: scalar)."""
+    lp = _torch().log_softmax(logits_fn(params, x), -1)
+    return -lp.gather(-1, y.reshape(1))[0]
+
+
+def train(steps: int = 3000, batch: int = 64, seed: int = 0, progress=None, world: World = WORLD):
+    """Train the LM with AdamW; return (params, optimizer state dict, fact recall)."""
+    torch = _torch()
+    from engine.core.nn import set_cpu_threads
+
+    set_cpu_threads()
+    torch.manual_seed(seed)
+    params = {k: v.clone().requires_grad_(True) for k, v in init_params(len(world.vocab), seed=seed).items()}
+    opt = torch.optim.AdamW(list(params.values()), lr=LR, betas=BETAS, weight_decay=WD, eps=EPS)
+    X, Y, M = encode_passages(world)
+    g = torch.Generator().manual_seed(seed)
+    P = X.shape[0]
+    for step in range(steps):
+        idx = torch.randint(P, (batch,), generator=g)
+        lp = torch.log_softmax(logits_fn(params, X[idx]), -1)
+        nll = -lp.gather(-1, Y[idx][..., None])[..., 0]
+        loss = ((nll * M[idx]).sum(1) / M[idx].sum(1)).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss = loss.detach()
+        if step % 100 == 0 or step == steps - 1:
+            report(progress, (step + 1) / steps, f"training LM: step {step + 1}/{steps}, loss {float(loss):.3f}")
+    with torch.no_grad():
+        pred = logits_fn(params, encode_prompts(world.queries)).argmax(-1).numpy()
+    recall = float(np.mean(pred == world.targets))
+    return {k: v.detach() for k, v in params.items()}, opt, recall
+
+
+def save_checkpoint(params: dict, opt, recall: float, path=None) -> None:
+    torch = _torch()
+    from engine.core.nn import asset_path, save_state
+
+    names = list(params)
+    st = opt.state_dict()["state"]
+    extra = {"step": int(st[0]["step"]), "fact_recall": recall, "world": WORLD.checksum()}
+    for i, n in enumerate(names):
+        extra[f"exp_avg.{n}"] = st[i]["exp_avg"].clone()
+        extra[f"exp_avg_sq.{n}"] = st[i]["exp_avg_sq"].clone()
+    save_state(torch.nn.ParameterDict({k: torch.nn.Parameter(v) for k, v in params.items()}),
+               path or asset_path(CKPT_NAME), extra)
+
+
+_CKPT_CACHE: dict = {}
+
+
+def load_checkpoint(path=None):
+    """(params, exp_avg, exp_avg_sq, step, fact_recall) from the shipped checkpoint."""
+    from engine.core.nn import asset_path, load_state
+
+    path = path or asset_path(CKPT_NAME)
+    key = str(path)
+    if key not in _CKPT_CACHE:
+        if not path.exists():
+            raise InputError(f"Checkpoint {path.name} is missing: run `python -m engine.trackstar_tda train`.")
+        ck = load_state(path)
+        if ck["extra"].get("world") != WORLD.checksum():
+            raise InputError("The checkpoint was trained on a different synthetic world; retrain it.")
+        params = dict(ck["state"])
+        m = {n: ck["extra"][f"exp_avg.{n}"] for n in params}
+        v = {n: ck["extra"][f"exp_avg_sq.{n}"] for n in params}
+        _CKPT_CACHE[key] = (params, m, v, int(ck["extra"]["step"]), float(ck["extra"]["fact_recall"]))
+    return _CKPT_CACHE[key]
+
+
+# ------------------------------------------------------------------------------- gradients & encodings
+def per_example_grads(params: dict, X, Y, M=None, chunk: int = 2048):
+    """Flattened per-example loss gradients (N, |theta|) with torch.func.vmap(grad)."""
+    torch = _torch()
+    from torch.func import grad, vmap
+
+    names = list(params)
+    if M is None:
+        g_fn = vmap(grad(query_loss), in_dims=(None, 0, 0))
+    else:
+        g_fn = vmap(grad(passage_loss), in_dims=(None, 0, 0, 0))
+    out = []
+    for i in range(0, X.shape[0], chunk):
+        args = (X[i:i + chunk], Y[i:i + chunk]) + (() if M is None else (M[i:i + chunk],))
+        gs = g_fn(params, *args)
+        out.append(torch.cat([gs[n].reshape(gs[n].shape[0], -1) for n in names], 1))
+    return torch.cat(out, 0)
+
+
+def per_example_grads_fast(params: dict, X, Y, M=None):
+    """The same per-example gradients as ``per_example_grads``, by hand-written batched backprop.
+
+    Avoids the one-off tracing cost of torch.func (seconds on a busy CPU); tested against both vmap and a
+    plain loop of ``loss.backward()``. Queries are passed as X (N, CTX), Y (N,) and get a single position.
+    """
+    torch = _torch()
+    if M is None:
+        X, Y, M = X[:, None, :], Y[:, None], torch.ones(X.shape[0], 1)
+    N, T, C = X.shape
+    emb, W1, b1, W2, b2 = (params[k] for k in ("emb", "W1", "b1", "W2", "b2"))
+    V, de = emb.shape
+    e = emb[X].reshape(N, T, C * de)
+    h = torch.tanh(e @ W1.T + b1)
+    prob = torch.softmax(h @ W2.T + b2, -1)
+    w = (M / M.sum(1, keepdim=True))[..., None]                 # per-position loss weight
+    dz = (prob - torch.nn.functional.one_hot(Y, V).to(prob.dtype)) * w   # (N, T, V)
+    gW2 = torch.einsum("ntv,nth->nvh", dz, h)
+    gb2 = dz.sum(1)
+    da = (dz @ W2) * (1 - h * h)                                 # (N, T, H)
+    gW1 = torch.einsum("nth,nti->nhi", da, e)
+    gb1 = da.sum(1)
+    dE = (da @ W1).reshape(N, T * C, de)                         # gradient per context slot
+    gemb = torch.zeros(N, V, de, dtype=dE.dtype).scatter_add_(1, X.reshape(N, T * C, 1).expand(-1, -1, de), dE)
+    out = {"emb": gemb, "W1": gW1, "b1": gb1, "W2": gW2, "b2": gb2}
+    return torch.cat([out[n].reshape(N, -1) for n in params], 1)
+
+
+class Projector:
+    """Seeded Kronecker-factored Gaussian projection of a flattened gradient to about ``d`` dims.
+
+    Each matrix block W (o x i) gets factors P_o (k_o x o) and P_i (k_i x i) with N(0, 1/k) entries and
+    maps G -> P_o G P_i^T; vectors get a dense Gaussian. Output sizes are proportional to block sizes.
+    """
+
+    def __init__(self, shapes: dict, d: int, seed: int):
+        torch = _torch()
+        g = torch.Generator().manual_seed(1000 + seed)
+        total = sum(math.prod(s) for s in shapes.values())
+        self.blocks = []
+        off = 0
+        for shp in shapes.values():
+            n = math.prod(shp)
+            share = max(1.0, d * n / total)
+            if len(shp) == 2:
+                o, i = shp
+                ko = int(min(o, max(1, round(math.sqrt(share * o / i)))))
+                ki = int(min(i, max(1, round(share / ko))))
+                Po = torch.randn(ko, o, generator=g) / math.sqrt(ko)
+                Pi = torch.randn(ki, i, generator=g) / math.sqrt(ki)
+                self.blocks.append((off, shp, Po, Pi))
+            else:
+                k = int(min(n, max(1, round(share))))
+                self.blocks.append((off, shp, torch.randn(k, n, generator=g) / math.sqrt(k), None))
+            off += n
+        self.dim = sum(b[2].shape[0] * (b[3].shape[0] if b[3] is not None else 1) for b in self.blocks)
+
+    def __call__(self, G):
+        torch = _torch()
+        outs = []
+        for off, shp, A, B in self.blocks:
+            n = math.prod(shp)
+            blk = G[:, off:off + n]
+            if B is None:
+                outs.append(blk @ A.T)
+            else:
+                outs.append((A @ blk.reshape(-1, *shp) @ B.T).flatten(1))
+        return torch.cat(outs, 1)
+
+
+def inv_sqrt_psd(R, damping: float = 0.01):
+    """(R + delta I)^{-1/2} with delta = damping * tr(R) / d, via eigh (float64)."""
+    torch = _torch()
+    R = R.double()
+    d = R.shape[0]
+    delta = damping * float(torch.trace(R)) / d
+    w, U = torch.linalg.eigh(R + delta * torch.eye(d, dtype=R.dtype))
+    return (U * w.clamp_min(1e-30).rsqrt()) @ U.T, delta
+
+
+def adamw_step_batch(params_flat, m_flat, v_flat, step: int, G):
+    """One AdamW step (torch's rule) from the saved state, for each row of G -> new params (N, |theta|)."""
+    t = step + 1
+    m2 = BETAS[0] * m_flat + (1 - BETAS[0]) * G
+    v2 = BETAS[1] * v_flat + (1 - BETAS[1]) * G * G
+    bc1, bc2 = 1 - BETAS[0] ** t, 1 - BETAS[1] ** t
+    denom = v2.sqrt() / math.sqrt(bc2) + EPS
+    return params_flat * (1 - LR * WD) - (LR / bc1) * m2 / denom
+
+
+def unflatten(flat, shapes: dict) -> dict:
+    out, off = {}, 0
+    for n, s in shapes.items():
+        k = math.prod(s)
+        out[n] = flat[..., off:off + k].reshape(*flat.shape[:-1], *s)
+        off += k
+    return out
+
+
+def target_logprob_batch(params_rows, shapes, qx, qy):
+    """log p(target|prompt) for each row i: params_rows[i] applied to query (qx[i], qy[i])."""
+    torch = _torch()
+    P = unflatten(params_rows, shapes)                           # batched parameter sets
+    n = params_rows.shape[0]
+    e = P["emb"][torch.arange(n)[:, None], qx].reshape(n, -1)    # (n, CTX*d)
+    h = torch.tanh(torch.einsum("ni,nhi->nh", e, P["W1"]) + P["b1"])
+    z = torch.einsum("nh,nvh->nv", h, P["W2"]) + P["b2"]
+    return torch.log_softmax(z, -1).gather(1, qy[:, None])[:, 0]
+
+
+# ------------------------------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class Config:
+    method: str = param("trackstar", Choice(METHODS[1:], "Gradient method in the table",
+                                            help="shown next to BM25 in the top-10 table"))
+    proj_dim: int = param(1024, Choice((64, 256, 512, 1024), "Projection dim d",
+                                       help="size of the random projection of each gradient"))
+    lam: float = param(0.9, Float(0.0, 1.0, "Hessian mix λ", step=0.05,
+                                  help="R = λ·R_query + (1−λ)·R_train; 0 uses training passages only"))
+    tp_k: int = param(3, Int(1, 5, "Tail-patch k", help="top passages patched per query"))
+    tp_queries: int = param(60, Int(20, 240, "Tail-patch queries", step=10))
+    query: int = param(0, Int(0, 239, "Query fact #", help="fact shown in the top-10 table"))
+    seed: int = param(0, Int(0, 9, "Seed (projection, query sample)"))
+    use_adam: bool = param(True, Bool("Optimizer correction", group="Your combination",
+                                      help="divide gradients by sqrt of Adam's second moment"))
+    use_hessian: bool = param(False, Bool("Hessian whitening", group="Your combination",
+                                          help="apply R^(-1/2) built with the mix λ"))
+    use_unit: bool = param(True, Bool("Unit normalisation", group="Your combination",
+                                      help="score by cosine instead of dot product"))
+
+
+@dataclass
+class Result:
+    metrics: dict
+    methods: list
+    mrr: np.ndarray                 # per method
+    recall10: np.ndarray
+    precision10: np.ndarray
+    tp_mean: np.ndarray             # tail-patch mean Δ log p per method
+    tp_se: np.ndarray
+    tp_self: float
+    tp_random: float
+    tp_random_se: float
+    concentration: np.ndarray
+    first_rank: dict                # method -> (tail-patch queries,) rank of first proponent (1-based)
+    tp_per_query: dict              # method -> (tail-patch queries,) mean Δ over k
+    tp_query_ids: np.ndarray
+    grad_norms: np.ndarray          # per passage (raw gradient)
+    frequent_dot: np.ndarray        # passage ids most often in grad_dot top-10
+    frequent_dot_count: np.ndarray
+    table: list = field(default_factory=list)   # rows for the picked query
+    query_text: str = ""
+    answer_text: str = ""
+
+
+def _mrr_recall(order: np.ndarray, world: World) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-query rank of the first proponent (1-based), recall@10 and precision@10."""
+    Q, P = order.shape
+    pos = np.empty_like(order)
+    pos[np.arange(Q)[:, None], order] = np.arange(P)[None, :]
+    first = np.array([pos[q, world.proponents[q]].min() + 1 for q in range(Q)])
+    rec = np.array([np.mean(pos[q, world.proponents[q]] < 10) for q in range(Q)])
+    prec = np.array([np.sum(pos[q, world.proponents[q]] < 10) / 10 for q in range(Q)])
+    return first, rec, prec
+
+
+def _concentration(order: np.ndarray, top: int = 10) -> tuple[float, np.ndarray, np.ndarray]:
+    counts = np.bincount(order[:, :top].ravel(), minlength=order.shape[1])
+    idx = np.argsort(-counts, kind="stable")[:top]
+    return float(counts[idx].sum() / (order.shape[0] * top)), idx, counts[idx]
+
+
+_GRAD_MEMO: dict = {}
+
+
+def _gradients(key, params: dict, world: World):
+    """Per-example gradients of all passages and queries at the checkpoint (memoised: config-independent)."""
+    torch = _torch()
+    if key not in _GRAD_MEMO:
+        _GRAD_MEMO.clear()
+        X, Y, M = encode_passages(world)
+        Gp = per_example_grads_fast(params, X, Y, M)
+        Gq = per_example_grads_fast(params, encode_prompts(world.queries), torch.as_tensor(world.targets))
+        _GRAD_MEMO[key] = (Gp, Gq)
+    return _GRAD_MEMO[key]
+
+
+def encodings(config: Config, params: dict, v: dict, step: int, world: World = WORLD, progress=None):
+    """Per-method score matrices (queries x passages) plus raw passage gradients and norms."""
+    torch = _torch()
+    shapes = {n: tuple(p.shape) for n, p in params.items()}
+    Gp, Gq = _gradients(id(params), params, world)
+    report(progress, 0.3, "per-example gradients of passages and queries")
+    v_flat = torch.cat([v[n].reshape(-1) for n in params])
+    vhat = v_flat / (1 - BETAS[1] ** step)
+    scale = (vhat + EPS).rsqrt()
+    proj = Projector(shapes, config.proj_dim, config.seed)
+    raw_p, raw_q = proj(Gp), proj(Gq)
+    ad_p, ad_q = proj(Gp * scale), proj(Gq * scale)
+    report(progress, 0.35, "projected")
+
+    def unit(a):
+        return a / a.norm(dim=1, keepdim=True).clamp_min(1e-30)
+
+    def whiten(fq, fp):
+        R = config.lam * (fq.T @ fq).double() / fq.shape[0] + (1 - config.lam) * (fp.T @ fp).double() / fp.shape[0]
+        Rinv, _ = inv_sqrt_psd(R)
+        return (fq.double() @ Rinv).float(), (fp.double() @ Rinv).float()
+
+    wh_q, wh_p = whiten(ad_q, ad_p)
+    report(progress, 0.45, "whitened")
+    # the user's own combination of the three switches
+    cq, cp = (ad_q, ad_p) if config.use_adam else (raw_q, raw_p)
+    if config.use_hessian:
+        cq, cp = (wh_q, wh_p) if config.use_adam else whiten(raw_q, raw_p)
+    if config.use_unit:
+        cq, cp = unit(cq), unit(cp)
+    scores = {
+        "grad_dot": (raw_q @ raw_p.T).numpy(),
+        "grad_cos": (unit(raw_q) @ unit(raw_p).T).numpy(),
+        "adam_cos": (unit(ad_q) @ unit(ad_p).T).numpy(),
+        "trackstar": (unit(wh_q) @ unit(wh_p).T).numpy(),
+        "custom": (cq @ cp.T).numpy(),
+    }
+    scores["bm25"] = bm25_matrix(world.passages, [q + [int(t)] for q, t in zip(world.queries, world.targets)],
+                                 len(world.vocab))
+    return scores, Gp, Gq, proj.dim
+
+
+def run(config: Config, progress=None) -> Result:
+    torch = _torch()
+    from engine.core.nn import set_cpu_threads
+
+    set_cpu_threads()
+    rng = seed_everything(config.seed)
+    _ = get_device()  # the model is tiny; everything runs on the CPU
+    world = WORLD
+    if not 0 <= config.query < len(world.queries):
+        raise InputError(f"Query must be between 0 and {len(world.queries) - 1}.")
+    params, m, v, step, recall = load_checkpoint()
+    shapes = {n: tuple(p.shape) for n, p in params.items()}
+    report(progress, 0.05, "loaded checkpoint")
+    scores, Gp, Gq, dim = encodings(config, params, v, step, world, progress)
+    orders = {k: rank_desc(s) for k, s in scores.items()}
+
+    n_q = len(world.queries)
+    mrr, rec, prec, conc, first_all = [], [], [], [], {}
+    for k in METHODS:
+        first, r10, p10 = _mrr_recall(orders[k], world)
+        first_all[k] = first
+        mrr.append(np.mean(1.0 / first))
+        rec.append(r10.mean())
+        prec.append(p10.mean())
+        conc.append(_concentration(orders[k])[0])
+    _, freq_idx, freq_cnt = _concentration(orders["grad_dot"])
+
+    # ---- tail-patch
+    tq = np.sort(rng.choice(n_q, size=min(config.tp_queries, n_q), replace=False))
+    kk = config.tp_k
+    p_flat = torch.cat([params[n].reshape(-1) for n in params])
+    m_flat = torch.cat([m[n].reshape(-1) for n in params])
+    v_flat = torch.cat([v[n].reshape(-1) for n in params])
+    qx = encode_prompts(world.queries)
+    qy = torch.as_tensor(world.targets)
+    with torch.no_grad():
+        base = -torch.stack([query_loss(params, qx[i], qy[i]) for i in range(n_q)]).numpy()
+
+    def patch(query_ids: np.ndarray, grads) -> np.ndarray:
+        out = []
+        for i in range(0, len(query_ids), 256):
+            qi = torch.as_tensor(query_ids[i:i + 256])
+            new = adamw_step_batch(p_flat, m_flat, v_flat, step, grads[i:i + 256])
+            out.append(target_logprob_batch(new, shapes, qx[qi], qy[qi]).detach().numpy())
+        return np.concatenate(out) - base[query_ids]
+
+    tp_mean, tp_se, tp_pq = [], [], {}
+    n_tasks = len(METHODS) + 2
+    for j, k in enumerate(METHODS):
+        top = orders[k][tq, :kk]                         # (nq, k)
+        qids = np.repeat(tq, kk)
+        d = patch(qids, Gp[torch.as_tensor(top.ravel())]).reshape(len(tq), kk).mean(1)
+        tp_pq[k] = d
+        tp_mean.append(d.mean())
+        tp_se.append(d.std(ddof=1) / math.sqrt(len(d)))
+        report(progress, 0.5 + 0.45 * (j + 1) / n_tasks, f"tail-patch {k}")
+    rnd = rng.integers(len(world.passages), size=(len(tq), kk))
+    d_rnd = patch(np.repeat(tq, kk), Gp[torch.as_tensor(rnd.ravel())]).reshape(len(tq), kk).mean(1)
+    d_self = patch(tq, Gq[torch.as_tensor(tq)])
+    report(progress, 0.97, "tail-patch references")
+
+    # ---- table for the picked query
+    q = config.query
+    prop = set(world.proponents[q].tolist())
+    table = []
+    for rank in range(10):
+        row = {"rank": rank + 1}
+        for k in ("bm25", config.method):
+            pid = int(orders[k][q, rank])
+            row[f"{k} passage"] = world.text(world.passages[pid])
+            row[f"{k} score"] = float(scores[k][q, pid])
+            row[f"{k} proponent"] = pid in prop
+        table.append(row)
+
+    gnorm = Gp.norm(dim=1).numpy()
+    ix = {k: i for i, k in enumerate(METHODS)}
+    metrics = {
+        "fact_recall": recall,
+        "proj_dim_actual": float(dim),
+        "n_params": float(p_flat.numel()),
+        "n_passages": float(len(world.passages)),
+        "tp_self": float(d_self.mean()),
+        "tp_self_pos_frac": float(np.mean(d_self > 0)),
+        "tp_random": float(d_rnd.mean()),
+        "tp_random_se": float(d_rnd.std(ddof=1) / math.sqrt(len(d_rnd))),
+    }
+    for k in METHODS:
+        metrics[f"mrr_{k}"] = float(mrr[ix[k]])
+        metrics[f"recall10_{k}"] = float(rec[ix[k]])
+        metrics[f"precision10_{k}"] = float(prec[ix[k]])
+        metrics[f"tp_{k}"] = float(tp_mean[ix[k]])
+        metrics[f"tp_se_{k}"] = float(tp_se[ix[k]])
+        metrics[f"conc_{k}"] = float(conc[ix[k]])
+    report(progress, 1.0, "done")
+    return Result(
+        metrics=metrics, methods=list(METHODS), mrr=np.array(mrr), recall10=np.array(rec),
+        precision10=np.array(prec),
+        tp_mean=np.array(tp_mean), tp_se=np.array(tp_se), tp_self=float(d_self.mean()),
+        tp_random=float(d_rnd.mean()), tp_random_se=metrics["tp_random_se"], concentration=np.array(conc),
+        first_rank={k: first_all[k][tq] for k in METHODS}, tp_per_query=tp_pq, tp_query_ids=tq,
+        grad_norms=gnorm, frequent_dot=freq_idx, frequent_dot_count=freq_cnt, table=table,
+        query_text=world.text(world.queries[q]), answer_text=world.vocab[int(world.targets[q])],
+    )
+
+
+def claims(result: Result) -> list[Claim]:
+    m = result.metrics
+    ts, bm, gd = m["tp_trackstar"], m["tp_bm25"], m["tp_grad_dot"]
+    # claim 1: the smallest margin among the three conditions, as a ratio/z-score pair folded into one number
+    z_rand = (ts - m["tp_random"]) / max(1e-12, math.hypot(m["tp_se_trackstar"], m["tp_random_se"]))
+    ratio = min(ts / bm if bm > 0 else (math.inf if ts > 0 else -math.inf),
+                ts / gd if gd > 0 else (math.inf if ts > 0 else -math.inf))
+    ladder = [m[f"tp_{k}"] for k in GRAD_METHODS]
+    ladder_steps = sum(b > a for a, b in zip(ladder[:-1], ladder[1:]))
+    out = [
+        Claim("TrackStar's top passages are the most influential: one training step on them raises "
+              "log p(answer) more than a step on BM25's or raw-gradient-dot's top passages (tail-patch).",
+              measured=ratio, op=">=", threshold=1.2, label="min(Δ_TrackStar/Δ_BM25, Δ_TrackStar/Δ_grad·grad)",
+              detail=f"Δ: TrackStar {ts:.4f}, BM25 {bm:.4f}, grad·grad {gd:.4f}"),
+        Claim("TrackStar's tail-patch gain is far above that of random passages.",
+              measured=z_rand, op=">=", threshold=3.0, label="z-score vs random passages",
+              detail=f"random Δ {m['tp_random']:.4f}, query itself Δ {m['tp_self']:.4f}", fmt=".2f"),
+        Claim("BM25 is best at attribution: it finds a passage that states the fact (MRR ≥ 0.8).",
+              measured=m["mrr_bm25"], op=">=", threshold=0.8, label="MRR BM25"),
+        Claim("Attribution and influence are misaligned: BM25 beats TrackStar at finding the stating passage.",
+              measured=m["mrr_bm25"] - m["mrr_trackstar"], op=">", threshold=0.0,
+              label="MRR_BM25 − MRR_TrackStar",
+              detail=f"TrackStar MRR {m['mrr_trackstar']:.3f}; ≤ 0 would mean no misalignment at this scale"),
+        Claim("Without normalisation a few large-gradient passages fill every list: grad·grad's top-10 lists "
+              "are at least twice as concentrated as TrackStar's.",
+              measured=m["conc_grad_dot"] / max(1e-12, m["conc_trackstar"]), op=">=", threshold=2.0,
+              label="concentration ratio",
+              detail=f"share of top-10 slots held by 10 passages: grad·grad {m['conc_grad_dot']:.2f}, "
+                     f"TrackStar {m['conc_trackstar']:.2f}", fmt=".2f"),
+        Claim("The corrections improve attribution: TrackStar's MRR beats grad·grad's by ≥ 0.1.",
+              measured=m["mrr_trackstar"] - m["mrr_grad_dot"], op=">=", threshold=0.1,
+              label="MRR_TrackStar − MRR_grad·grad"),
+        Claim("Each correction (unit norm → optimizer correction → Hessian whitening) raises tail-patch "
+              "influence, one rung at a time.",
+              measured=ladder_steps, op=">=", threshold=3, label="rungs that raise Δ (of 3)", fmt=".0f",
+              detail="Δ: " + ", ".join(f"{k} {x:.4f}" for k, x in zip(GRAD_METHODS, ladder))),
+    ]
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] != ["train"]:
+        print("usage: python -m engine.trackstar_tda train")
+        return
+    params, opt, recall = train(progress=lambda f, msg: print(msg) if f >= 1 or int(f * 3000) % 500 == 0 else None)
+    save_checkpoint(params, opt, recall)
+    print(f"fact recall {recall:.3f}; saved to assets/{CKPT_NAME}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,167 @@
+"""TrackStar: tracing facts to training passages with corrected, projected, whitened gradients."""
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from components import charts, download, layout, state
+from components.runner import run_or_stop
+from engine import trackstar_tda as eng
+
+SLUG = "trackstar-tda"
+NAMES = {"bm25": "BM25", "grad_dot": "grad·grad", "grad_cos": "grad cosine", "adam_cos": "+ Adam correction",
+         "trackstar": "TrackStar (+ Hessian)", "custom": "your combination"}
+
+layout.paper_header(
+    SLUG,
+    idea=(
+        "Which training passages taught a language model a fact? A gradient-based answer compares the loss "
+        "gradient of the query (\"the capital of s12 is\" → city07) with the loss gradient of every training "
+        "passage. Raw dot products are swamped by a few passages with huge gradients and by directions that "
+        "every query shares. TrackStar fixes this one step at a time: divide by the optimizer's second "
+        "moment, random-project to a fixed size, whiten with a task-specific Hessian approximation, and "
+        "unit-normalise so the score is a cosine. The paper then separates two questions. *Attribution*: "
+        "does the list contain a passage that states the fact? Lexical BM25 is strong here. *Influence*: does "
+        "one training step on a listed passage actually raise the model's probability of the answer "
+        "(tail-patch)? Here we rebuild both tests on a synthetic world of 240 facts and ~1 250 passages, "
+        "with a small language model trained on them, and we measure where each rung of the ladder helps."
+    ),
+    caveat=(
+        "Small scale: a 26 k-parameter causal MLP language model (context of 6 tokens) instead of an 8B "
+        "transformer, a synthetic world instead of T-REx and C4, and projections of about 1 000 dimensions "
+        "instead of 65 536. Influence is measured by tail-patching (one AdamW step on a passage from the saved "
+        "checkpoint and optimizer state), not by leave-some-out retraining. The Hessian approximation R "
+        "uses the gradients of the same 240 query prompts that are then evaluated (no labels of which "
+        "passage is the source, but the same prompts). Gradients here are nearly orthogonal, so at d ≤ 1 024 "
+        "the projection noise is about as large as a typical cosine: lists move with the projection seed. "
+        "Claims that fail at this scale are shown as not reproduced, not tuned away."
+    ),
+)
+
+cfg = state.bind_config(eng.Config, SLUG)
+state.share_link(cfg)
+layout.device_indicator()
+res = run_or_stop("engine.trackstar_tda", cfg, label="Encoding gradients and tail-patching")
+m = res.metrics
+
+layout.claims_panel(eng.claims(res))
+if m["tp_trackstar"] < m["tp_adam_cos"]:
+    st.warning(f"At this scale the Hessian whitening *lowers* tail-patch influence (Δ {m['tp_adam_cos']:.3f} "
+               f"without it, {m['tp_trackstar']:.3f} with it) while it changes attribution MRR from "
+               f"{m['mrr_adam_cos']:.2f} to {m['mrr_trackstar']:.2f}. Whitening removes directions shared by "
+               "many queries, and in this small world those shared directions (\"after 'is', say a city\") are "
+               "exactly what a single training step pushes hardest.", icon=":material/science:")
+if m["mrr_bm25"] <= m["mrr_trackstar"]:
+    st.info("No misalignment at this scale: TrackStar finds the stating passages as well as BM25 does.")
+
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("LM fact recall (greedy top-1)", f"{m['fact_recall']:.2f}")
+c2.metric("Parameters", f"{int(m['n_params']):,}")
+c3.metric("Training passages", f"{int(m['n_passages']):,}")
+c4.metric("Projected dimension", f"{int(m['proj_dim_actual'])}")
+
+switches = [n for n, on in (("Adam", cfg.use_adam), ("Hessian", cfg.use_hessian), ("unit", cfg.use_unit)) if on]
+NAMES["custom"] = "yours: " + ("+".join(switches) if switches else "raw dot")
+names = [NAMES[k] for k in res.methods]
+st.caption("The ladder adds one correction per bar (grad·grad → unit norm → Adam correction → Hessian "
+           "whitening); the last bar is the combination of switches chosen under \"Your combination\" in "
+           "the sidebar.")
+st.subheader("Attribution: does the list contain a passage that states the fact?")
+st.caption("Averaged over all 240 queries. MRR uses the rank of the first passage that states the query's fact; "
+           "recall@10 is the share of those passages found in the top 10, precision@10 the share of the top 10 "
+           "that state the fact.")
+fig = go.Figure()
+for label, vals in (("MRR", res.mrr), ("recall@10", res.recall10), ("precision@10", res.precision10)):
+    fig.add_trace(go.Bar(x=names, y=vals, name=label, text=[f"{v:.2f}" for v in vals], textposition="outside"))
+charts.themed(fig, "Attribution quality per method", 380, barmode="group")
+charts.show(fig, key="attr")
+download.download_csv(pd.DataFrame({"method": res.methods, "mrr": res.mrr, "recall10": res.recall10,
+                                    "precision10": res.precision10}), "trackstar_attribution.csv")
+
+st.subheader("Influence: does a training step on the retrieved passages raise log p(answer)?")
+st.caption(f"Tail-patch over {len(res.tp_query_ids)} sampled queries: for each of a method's top {cfg.tp_k} "
+           "passages, one AdamW step from the final checkpoint and optimizer state, then the change in "
+           "log p(answer | prompt), averaged. Error bars: one standard error over queries.")
+fig = charts.bars(names, res.tp_mean, title="Mean tail-patch Δ log p per method", ylabel="Δ log p(answer)",
+                  errors=res.tp_se, height=400, text_fmt=".3f")
+fig.add_hline(y=res.tp_self, line_dash="dot", annotation_text="step on the query itself")
+fig.add_hline(y=res.tp_random, line_dash="dash", line_color="gray", annotation_text="random passages")
+charts.show(fig, key="tailpatch")
+download.download_csv(pd.DataFrame({"method": res.methods, "tail_patch_mean": res.tp_mean, "tail_patch_se": res.tp_se,
+                                    "query_self": res.tp_self, "random": res.tp_random}), "trackstar_tailpatch.csv")
+
+st.subheader("Attribution vs influence, query by query")
+st.caption("Each point is a tail-patched query: x is the rank of the first passage that states the fact, y is the "
+           "tail-patch gain of the method's top passages. Points far right but high are influential lists that "
+           "do not contain the stating passage.")
+fig = go.Figure()
+for i, k in enumerate(("bm25", cfg.method)):
+    fig.add_trace(go.Scatter(x=res.first_rank[k], y=res.tp_per_query[k], mode="markers", name=NAMES[k],
+                             marker=dict(size=7, color=charts.COLORS[i], opacity=0.75)))
+charts.themed(fig, "Rank of first stating passage vs tail-patch Δ", 380)
+fig.update_xaxes(title="rank of first stating passage (log)", type="log")
+fig.update_yaxes(title="tail-patch Δ log p")
+charts.show(fig, key="misalign")
+download.download_csv(pd.DataFrame({"query": res.tp_query_ids,
+                                    **{f"first_rank_{k}": res.first_rank[k] for k in res.methods},
+                                    **{f"tail_patch_{k}": res.tp_per_query[k] for k in res.methods}}),
+                      "trackstar_per_query.csv")
+
+st.subheader(f"Top 10 for query #{cfg.query}: “{res.query_text}” → {res.answer_text}")
+st.caption("✅ marks a passage that states this query's fact.")
+rows = []
+for r in res.table:
+    rows.append({"rank": r["rank"],
+                 "BM25": ("✅ " if r["bm25 proponent"] else "") + r["bm25 passage"],
+                 "BM25 score": round(r["bm25 score"], 3),
+                 NAMES[cfg.method]: ("✅ " if r[f"{cfg.method} proponent"] else "") + r[f"{cfg.method} passage"],
+                 f"{NAMES[cfg.method]} score": round(r[f"{cfg.method} score"], 4)})
+table = pd.DataFrame(rows)
+st.dataframe(table, hide_index=True, width="stretch")
+download.download_csv(pd.DataFrame(res.table), "trackstar_top10.csv")
+
+st.subheader("Why normalisation matters: gradient norms of the passages")
+st.caption("The red marks are the 10 passages that grad·grad puts into the most top-10 lists (the count is in "
+           "the hover). They sit in the long right tail: raw dot products favour big gradients over relevant ones.")
+fig = go.Figure(go.Histogram(x=res.grad_norms, nbinsx=60, name="all passages", marker_color=charts.COLORS[0]))
+fig.add_trace(go.Scatter(x=res.grad_norms[res.frequent_dot], y=np.zeros(len(res.frequent_dot)), mode="markers",
+                         marker=dict(color=charts.COLORS[1], size=11, symbol="triangle-up"),
+                         name="most frequent in grad·grad top-10",
+                         text=[f"in {c} top-10 lists" for c in res.frequent_dot_count]))
+charts.themed(fig, "Histogram of per-passage gradient norms ‖∇θ L(z)‖", 360)
+fig.update_xaxes(title="gradient norm")
+fig.update_yaxes(title="passages")
+charts.show(fig, key="norms")
+download.download_csv(pd.DataFrame({"passage": np.arange(len(res.grad_norms)), "grad_norm": res.grad_norms,
+                                    "frequent_in_grad_dot_top10": np.isin(np.arange(len(res.grad_norms)),
+                                                                          res.frequent_dot)}),
+                      "trackstar_grad_norms.csv")
+
+layout.how_it_works(r"""
+**Gradients.** For a passage $z$, $g(z) = \nabla_\theta \tfrac1T\sum_t -\log p(z_{t}\mid z_{<t})$ at the final
+weights; for a query, $g(q) = \nabla_\theta -\log p(\text{answer}\mid\text{prompt})$ (answer token only).
+
+**The ladder.** grad·grad: $s = g(q)\cdot g(z)$. grad cosine: the same after unit normalisation.
++ Adam correction: $\tilde g = g / \sqrt{\hat v + \epsilon}$ with the bias-corrected second moment
+$\hat v = v / (1-\beta_2^t)$ saved with the checkpoint. TrackStar adds whitening.
+
+**Projection.** Each weight matrix gradient $G$ (size $o\times i$) becomes $P_o G P_i^\top$ with seeded Gaussian
+factors ($N(0, 1/k)$ entries); bias vectors get a dense Gaussian. Sizes are shared in proportion to block size.
+
+**Whitening.** $R = \lambda\,\overline{\phi_q\phi_q^\top} + (1-\lambda)\,\overline{\phi_z\phi_z^\top} + \delta I$,
+$\delta = 0.01\,\mathrm{tr}(R)/d$; the encoding is $\hat\phi = R^{-1/2}\phi / \lVert R^{-1/2}\phi\rVert$ and the
+score $\hat\phi_q\cdot\hat\phi_z$.
+
+**BM25.** $\sum_{w\in q} \mathrm{idf}(w)\,\frac{f(w,z)(k_1+1)}{f(w,z) + k_1(1-b+b\,|z|/\overline{|z|})}$ with
+$k_1=1.5$, $b=0.75$, $\mathrm{idf}=\ln\frac{N-n_w+0.5}{n_w+0.5}$ (negative values floored at $0.25\times$ the mean
+idf). The query is prompt + answer.
+
+**Tail-patch.** From $\theta$ and the saved AdamW moments $(m, v)$, one step on passage $z$:
+$m' = \beta_1 m + (1-\beta_1) g$, $v' = \beta_2 v + (1-\beta_2) g^2$,
+$\theta' = \theta(1-\eta\lambda_{wd}) - \eta\,\frac{m'/(1-\beta_1^{t+1})}{\sqrt{v'/(1-\beta_2^{t+1})}+\epsilon}$; the
+influence is $\log p_{\theta'}(\text{answer}\mid\text{prompt}) - \log p_\theta(\cdot)$. Every pair restarts from the
+same state.
+
+**Concentration.** The share of all queries' top-10 slots held by the 10 passages that appear most often.
+""")

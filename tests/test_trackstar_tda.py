@@ -1,0 +1,210 @@
+"""TrackStar engine: claims at the default config and checks against independent computations."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from engine import trackstar_tda as eng
+from engine.core import InputError
+
+
+@pytest.fixture(scope="module")
+def ckpt():
+    return eng.load_checkpoint()
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+# claims that hold at this scale must pass; the others must at least be measured (they are shown as
+# "not reproduced" on the page: TrackStar's whitening lowers tail-patch influence here)
+REPRODUCED = ("z-score vs random passages", "MRR BM25", "MRR_BM25 − MRR_TrackStar", "concentration ratio",
+              "MRR_TrackStar − MRR_grad·grad")
+
+
+def test_claims_at_default(default_result):
+    cl = eng.claims(default_result)
+    assert len(cl) == 7
+    by_label = {c.label: c for c in cl}
+    failed = [by_label[k].describe() for k in REPRODUCED if not by_label[k].passed]
+    assert not failed, failed
+    assert all(math.isfinite(c.measured) for c in cl)
+
+
+def test_checkpoint_and_optimizer_state(ckpt):
+    params, m, v, step, recall = ckpt
+    assert step == 3000 and recall >= 0.6
+    for n, p in params.items():
+        assert v[n].shape == p.shape and m[n].shape == p.shape
+        assert torch.all(v[n] >= 0)
+    # strictly positive wherever a training passage has a gradient (the "." token never appears as
+    # context, so its embedding row never gets one and its second moment stays exactly 0)
+    X, Y, M = eng.encode_passages(eng.WORLD)
+    G = eng.per_example_grads_fast(params, X, Y, M)
+    v_flat = torch.cat([v[k].reshape(-1) for k in params])
+    touched = G.abs().amax(0) > 0
+    assert torch.all(v_flat[touched] > 0)
+    assert touched.float().mean() > 0.95
+    from engine.core.nn import asset_path
+
+    assert asset_path(eng.CKPT_NAME).stat().st_size < 2 * 2**20
+
+
+def test_bm25_hand_computation():
+    corpus = [["a", "b"], ["a", "c", "c"], ["a", "d"]]
+    k1, b = 1.5, 0.75
+    avgdl = 7 / 3
+    idf_rare = math.log(2.5 / 1.5)                  # b, c, d: in 1 of 3 docs
+    idf_a = math.log(0.5 / 3.5)                     # in every doc: negative, gets the floor
+    floor = 0.25 * (idf_a + 3 * idf_rare) / 4
+
+    def tf_part(f, dl):
+        return f * (k1 + 1) / (f + k1 * (1 - b + b * dl / avgdl))
+
+    expected = np.array([
+        floor * tf_part(1, 2),
+        floor * tf_part(1, 3) + idf_rare * tf_part(2, 3),
+        floor * tf_part(1, 2),
+    ])
+    got = eng.bm25_scores(corpus, ["a", "c"])
+    assert np.allclose(got, expected, atol=1e-12)
+    # the vectorised version used by the page agrees
+    ids = {"a": 0, "b": 1, "c": 2, "d": 3}
+    mat = eng.bm25_matrix([[ids[w] for w in d] for d in corpus], [[0, 2], [1], [3, 3]], 4)
+    for row, q in zip(mat, (["a", "c"], ["b"], ["d", "d"])):
+        assert np.allclose(row, eng.bm25_scores(corpus, q), atol=1e-12)
+    # ties are broken by passage index
+    assert list(eng.rank_desc(np.array([1.0, 2.0, 1.0, 2.0]))) == [1, 3, 0, 2]
+
+
+def test_bm25_matrix_matches_reference_on_world():
+    w = eng.WORLD
+    qs = [q + [int(t)] for q, t in zip(w.queries[:10], w.targets[:10])]
+    mat = eng.bm25_matrix(w.passages, qs, len(w.vocab))
+    for row, q in zip(mat, qs):
+        assert np.allclose(row, eng.bm25_scores(w.passages, q), atol=1e-9)
+
+
+def test_per_example_grads_match_loop(ckpt):
+    params = ckpt[0]
+    X, Y, M = eng.encode_passages(eng.WORLD)
+    idx = [0, 5, 100, 700, 1200]
+    fast = eng.per_example_grads_fast(params, X[idx], Y[idx], M[idx])
+    vm = eng.per_example_grads(params, X[idx], Y[idx], M[idx])
+    loop = []
+    for i in idx:
+        p = {k: t.clone().requires_grad_(True) for k, t in params.items()}
+        eng.passage_loss(p, X[i], Y[i], M[i]).backward()
+        loop.append(torch.cat([p[k].grad.reshape(-1) for k in params]))
+    loop = torch.stack(loop)
+    for g in (fast, vm):
+        rel = ((g - loop).norm(dim=1) / loop.norm(dim=1)).max()
+        assert rel < 1e-5
+    # queries: target-token loss only
+    qx, qy = eng.encode_prompts(eng.WORLD.queries[:5]), torch.as_tensor(eng.WORLD.targets[:5])
+    gq = eng.per_example_grads_fast(params, qx, qy)
+    p = {k: t.clone().requires_grad_(True) for k, t in params.items()}
+    eng.query_loss(p, qx[3], qy[3]).backward()
+    ref = torch.cat([p[k].grad.reshape(-1) for k in params])
+    assert (gq[3] - ref).norm() / ref.norm() < 1e-5
+
+
+def test_adamw_step_matches_torch(ckpt):
+    params, m, v, step, _ = ckpt
+    X, Y, M = eng.encode_passages(eng.WORLD)
+    p = {k: t.clone().requires_grad_(True) for k, t in params.items()}
+    opt = torch.optim.AdamW(list(p.values()), lr=eng.LR, betas=eng.BETAS, weight_decay=eng.WD, eps=eng.EPS)
+    opt.load_state_dict({"state": {i: {"step": torch.tensor(float(step)), "exp_avg": m[k].clone(),
+                                       "exp_avg_sq": v[k].clone()} for i, k in enumerate(p)},
+                         "param_groups": opt.state_dict()["param_groups"]})
+    eng.passage_loss(p, X[3], Y[3], M[3]).backward()
+    opt.step()
+    ref = torch.cat([p[k].detach().reshape(-1) for k in p])
+    flat = lambda d: torch.cat([d[k].reshape(-1) for k in params])  # noqa: E731
+    g = eng.per_example_grads_fast(params, X[3:4], Y[3:4], M[3:4])
+    new = eng.adamw_step_batch(flat(params), flat(m), flat(v), step, g)[0]
+    assert torch.allclose(new, ref, atol=1e-6, rtol=1e-5)
+
+
+def test_projection_preserves_scores(ckpt):
+    params, _, v, step, _ = ckpt
+    X, Y, M = eng.encode_passages(eng.WORLD)
+    Gp = eng.per_example_grads_fast(params, X, Y, M)
+    Gq = eng.per_example_grads_fast(params, eng.encode_prompts(eng.WORLD.queries[:50]),
+                                    torch.as_tensor(eng.WORLD.targets[:50]))
+    scale = (torch.cat([v[k].reshape(-1) for k in params]) / (1 - eng.BETAS[1] ** step) + eng.EPS).rsqrt()
+    unit = lambda a: a / a.norm(dim=1, keepdim=True)  # noqa: E731
+    exact = (unit(Gq * scale) @ unit(Gp * scale).T).numpy().ravel()
+    shapes = {k: tuple(t.shape) for k, t in params.items()}
+    rho, r = {}, {}
+    for d in (64, 512, 2048):
+        pr = eng.Projector(shapes, d, seed=0)
+        approx = (unit(pr(Gq * scale)) @ unit(pr(Gp * scale)).T).numpy().ravel()
+        rho[d] = spearmanr(exact, approx).statistic
+        r[d] = np.corrcoef(exact, approx)[0, 1]
+    # At this scale gradients are nearly orthogonal (cosine spread ~0.03, the same size as the projection
+    # noise at d ~ 1000), so a full-matrix Spearman >= 0.9 is out of reach; we check that the projection
+    # tracks the exact scores and gets better with d (an ordering check).
+    assert r[2048] >= 0.6
+    assert r[64] < r[512] < r[2048]
+    assert rho[64] < rho[2048]
+
+
+def test_whitening_identity():
+    rng = np.random.default_rng(0)
+    A = torch.as_tensor(rng.normal(size=(300, 80)) * np.linspace(0.1, 10, 80))
+    R = A.T @ A / 300
+    W, delta = eng.inv_sqrt_psd(R)
+    Rd = R.double() + delta * torch.eye(80, dtype=torch.float64)
+    err = (W @ Rd @ W - torch.eye(80, dtype=torch.float64)).norm() / math.sqrt(80)
+    assert err < 1e-3
+    assert abs(delta - 0.01 * float(torch.trace(R)) / 80) < 1e-12
+
+
+def test_tail_patch_sanity(ckpt, default_result):
+    assert default_result.metrics["tp_self_pos_frac"] >= 0.95
+    params, m, v, step, _ = ckpt
+    w = eng.WORLD
+    shapes = {k: tuple(t.shape) for k, t in params.items()}
+    flat = lambda d: torch.cat([d[k].reshape(-1) for k in params])  # noqa: E731
+    # counterfactual passages: same subject and relation, a different object
+    # on queries the model answers correctly (where a push towards a wrong object has something to undo)
+    with torch.no_grad():
+        pred = eng.logits_fn(params, eng.encode_prompts(w.queries)).argmax(-1).numpy()
+    correct = np.flatnonzero(pred == w.targets)[::4]
+    cf, qids = [], []
+    for q in correct:
+        s, r, o = w.facts[q]
+        wrong = f"{eng.OBJ_PREFIX[r]}{(o + 5) % eng.N_OBJ:02d}"
+        cf.append(w.queries[q] + [w.vocab.index(wrong), w.vocab.index(".")])
+        qids.append(q)
+    cw = eng.World(w.vocab, cf, np.zeros(len(cf)), np.zeros(len(cf)), np.zeros(len(cf)), [], np.array([]), [], [])
+    X, Y, M = eng.encode_passages(cw)
+    g = eng.per_example_grads_fast(params, X, Y, M)
+    new = eng.adamw_step_batch(flat(params), flat(m), flat(v), step, g)
+    qx, qy = eng.encode_prompts([w.queries[q] for q in qids]), torch.as_tensor(w.targets[qids])
+    after = eng.target_logprob_batch(new, shapes, qx, qy)
+    # reference: the same step with a zero gradient (only the saved momentum and weight decay act)
+    zero = eng.adamw_step_batch(flat(params), flat(m), flat(v), step, torch.zeros_like(g))
+    ref = eng.target_logprob_batch(zero, shapes, qx, qy)
+    assert float((after - ref).mean()) < 0
+    assert float((after - ref < 0).float().mean()) >= 0.7
+
+
+def test_bad_query_is_input_error():
+    with pytest.raises(InputError):
+        eng.run(eng.Config(query=999))
+
+
+@pytest.mark.parametrize("switches,rung", [((False, False, False), "grad_dot"), ((False, False, True), "grad_cos"),
+                                           ((True, True, True), "trackstar")])
+def test_switches_reproduce_ladder(switches, rung):
+    a, h, u = switches
+    r = eng.run(eng.Config(use_adam=a, use_hessian=h, use_unit=u, tp_queries=20))
+    for key in ("mrr", "recall10", "tp", "conc"):
+        assert r.metrics[f"{key}_custom"] == pytest.approx(r.metrics[f"{key}_{rung}"], rel=1e-5, abs=1e-7)
