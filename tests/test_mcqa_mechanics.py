@@ -1,0 +1,174 @@
+"""MCQA mechanics: claims on the shipped checkpoint, plus checks the engine did not compute itself
+(a NumPy re-implementation of the forward pass, exact identities of patching and of the logit lens)."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import erf
+
+from engine import mcqa_mechanics as eng
+from engine.core import InputError
+
+
+@pytest.fixture(scope="module")
+def res():
+    return eng.run(eng.Config())
+
+
+@pytest.fixture(scope="module")
+def model():
+    m, _ = eng.load_checkpoint("cpu")
+    return m
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return eng.make_pairs(48, eng.VARIANTS[0], np.random.default_rng(3))
+
+
+def _logits(model, ids, patch=None, cache=None):
+    with torch.no_grad():
+        return model(torch.as_tensor(ids), patch=patch, cache=cache)
+
+
+def test_claims_pass_at_default(res):
+    """Every claim but the 'middle layer' one must pass; that one is reported as not reproduced when the
+    letter only becomes readable at the output (the page says so), so here it only has to be measured."""
+    for c in eng.claims(res):
+        if c.label == eng.MIDDLE_LABEL:
+            assert c.measured in (0.0, 1.0)
+            continue
+        assert c.passed, c.describe()
+
+
+def test_random_heads_recover_much_less_than_the_top_heads(res):
+    assert res.metrics["random_k_recovery_mean"] < res.metrics["topk_recovery"] - 0.3
+
+
+def test_shuffled_variant_runs_and_model_reads_shuffled_symbols():
+    r = eng.run(eng.Config(variant=eng.VARIANTS[1], n_pairs=64))
+    assert r.metrics["acc_shuffled"] >= eng.ACC_BAR
+    assert r.resid_patch.shape == (r.n_layers + 1, eng.SEQ_LEN)
+
+
+def test_checkpoint_is_small_and_loads():
+    p = eng.checkpoint_path()
+    assert p.exists() and p.stat().st_size < 2 * 1024 * 1024
+    m, curve = eng.load_checkpoint("cpu")
+    assert m.arch == eng.SHIPPED_ARCH and curve.size > 0
+
+
+def test_pairs_share_item_and_options_but_not_the_letter(pairs):
+    a, b = pairs
+    assert np.all(a.answer != b.answer)
+    assert np.all(a.ids[:, 1] == b.ids[:, 1])
+    assert np.all(np.sort(a.ids[:, eng.OPT_POS], 1) == np.sort(b.ids[:, eng.OPT_POS], 1))
+    a2, b2 = eng.make_pairs(48, eng.VARIANTS[1], np.random.default_rng(4))
+    assert np.all(a2.answer != b2.answer) and np.all(a2.ids[:, eng.OPT_POS] == b2.ids[:, eng.OPT_POS])
+    # the answer really is the symbol in front of the item's colour (checked from the text)
+    for ids, ans in zip(a2.ids[:10], a2.answer[:10]):
+        words = [eng.VOCAB[i] for i in ids]
+        colour = eng.COLOURS[eng.FACTS[eng.ITEMS.index(words[1])]]
+        assert words[words.index(colour) - 1] == eng.LETTERS[ans]
+
+
+def test_prompt_without_the_right_colour_is_rejected():
+    item = np.array([0])
+    wrong = [c for c in range(len(eng.COLOURS)) if c != eng.FACTS[0]][:4]
+    with pytest.raises(InputError):
+        eng.make_prompts(item, np.array([wrong]), np.array([[0, 1, 2, 3]]))
+
+
+def test_hooks_do_not_change_the_forward_pass(model, pairs):
+    a, _ = pairs
+    cache = {}
+    base = _logits(model, a.ids, cache=cache)
+    assert torch.equal(base, _logits(model, a.ids))
+    assert torch.equal(base, _logits(model, a.ids, patch={}))
+    # patching A's own activations back in is a no-op too
+    L, H = model.arch.n_layers, model.arch.n_heads
+    patch = {("resid", li): (list(range(eng.SEQ_LEN)), cache["resid"][li]) for li in range(L + 1)}
+    patch.update({("head", li, h): (list(range(eng.SEQ_LEN)), cache["z"][li][:, h]) for li in range(L) for h in range(H)})
+    assert torch.allclose(base, _logits(model, a.ids, patch=patch), atol=1e-6)
+
+
+def test_patching_the_last_residual_reproduces_prompt_b(model, pairs):
+    a, b = pairs
+    cb = {}
+    lb = _logits(model, b.ids, cache=cb)[:, -1]
+    L = model.arch.n_layers
+    every = {("resid", li): ([eng.SEQ_LEN - 1], cb["resid"][li]) for li in range(L + 1)}
+    assert torch.equal(_logits(model, a.ids, patch=every)[:, -1], lb)
+    final = {("resid", L): ([eng.SEQ_LEN - 1], cb["resid"][L])}
+    assert torch.equal(_logits(model, a.ids, patch=final)[:, -1], lb)
+    whole_input = {("resid", 0): (list(range(eng.SEQ_LEN)), cb["resid"][0])}
+    assert torch.allclose(_logits(model, a.ids, patch=whole_input)[:, -1], lb, atol=1e-5)
+
+
+def test_lens_at_the_last_layer_is_the_model_output(model, pairs):
+    a, _ = pairs
+    cache = {}
+    out = _logits(model, a.ids, cache=cache)[:, -1].numpy()
+    lens = eng.lens_by_layer(model, a, "cpu")
+    assert np.allclose(lens["full_final"], out, atol=1e-5)
+    # and by hand: LayerNorm with NumPy, then the unembedding matrix
+    x = cache["resid"][-1][:, -1].numpy().astype(np.float64)
+    sd = {k: v.double().numpy() for k, v in model.state_dict().items()}
+    xn = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)
+    ref = (xn * sd["ln_f.weight"] + sd["ln_f.bias"]) @ sd["unembed.weight"].T
+    assert np.allclose(ref, out, atol=1e-4)
+
+
+def _numpy_forward(sd, arch, ids, head_patch=None):
+    """Independent float64 forward pass from the state dict; head_patch = (layer, head, positions, z_src)."""
+    d, H = arch.d_model, arch.n_heads
+    dh = d // H
+
+    def ln(x, w, b):
+        return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5) * w + b
+
+    B, T = ids.shape
+    x = sd["tok.weight"][ids] + sd["pos.weight"][:T]
+    zs = []
+    for li in range(arch.n_layers):
+        p = f"blocks.{li}."
+        qkv = ln(x, sd[p + "ln1.weight"], sd[p + "ln1.bias"]) @ sd[p + "qkv.weight"].T + sd[p + "qkv.bias"]
+        q, k, v = (qkv[..., i * d:(i + 1) * d].reshape(B, T, H, dh).transpose(0, 2, 1, 3) for i in range(3))
+        s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh)
+        s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+        a = np.exp(s - s.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        z = a @ v
+        if head_patch is not None and head_patch[0] == li:
+            _, h, pos, src = head_patch
+            z[:, h, pos] = src[:, pos]
+        zs.append(z)
+        x = x + z.transpose(0, 2, 1, 3).reshape(B, T, d) @ sd[p + "proj.weight"].T + sd[p + "proj.bias"]
+        hdn = ln(x, sd[p + "ln2.weight"], sd[p + "ln2.bias"]) @ sd[p + "mlp.0.weight"].T + sd[p + "mlp.0.bias"]
+        hdn = 0.5 * hdn * (1 + erf(hdn / np.sqrt(2)))
+        x = x + hdn @ sd[p + "mlp.2.weight"].T + sd[p + "mlp.2.bias"]
+    logits = ln(x, sd["ln_f.weight"], sd["ln_f.bias"]) @ sd["unembed.weight"].T
+    return logits, zs
+
+
+def test_head_patching_matches_an_independent_numpy_forward(model, pairs):
+    a, b = pairs
+    sd = {k: v.double().numpy() for k, v in model.state_dict().items()}
+    ref_a, _ = _numpy_forward(sd, model.arch, a.ids)
+    assert np.allclose(ref_a, _logits(model, a.ids).numpy(), atol=1e-4)
+    _, zb = _numpy_forward(sd, model.arch, b.ids)
+    cb = {}
+    _logits(model, b.ids, cache=cb)
+    for li, h in ((0, 1), (model.arch.n_layers - 1, 2)):
+        pos = [eng.SEQ_LEN - 1] if li else list(range(eng.SEQ_LEN))
+        ref, _ = _numpy_forward(sd, model.arch, a.ids, head_patch=(li, h, pos, zb[li]))
+        got = _logits(model, a.ids, patch={("head", li, h): (pos, cb["z"][li][:, h])}).numpy()
+        assert np.allclose(ref, got, atol=1e-4)
+
+
+def test_patching_maps_have_the_exact_zeros_and_ones(res):
+    r = res.resid_patch
+    assert abs(r[-1, -1] - 1.0) < 1e-5  # the final residual at the last position is the whole answer
+    assert np.allclose(r[-1, :-1], 0.0, atol=1e-6)  # the final residual elsewhere cannot reach the output
+    assert np.allclose(r[0, :3], 0.0, atol=1e-6)  # Q, the item and '?' are the same in both prompts
+    assert r[0, -1] == pytest.approx(0.0, abs=1e-6)  # so is the 'Answer' token's embedding
