@@ -477,9 +477,9 @@ def patch_head_sets(model, a: Batch, b: Batch, device, sets: list, ca, cb, pos, 
 # Config, run, claims
 # ----------------------------------------------------------------------------------------------
 
-LENS_BAR = 0.9  # lens accuracy (among the four letters) that counts as "decodable"
+LENS_BAR = 0.85  # lens accuracy (among the four letters) that counts as "decodable"
 JUMP_BAR = 0.5  # the rise of lens accuracy over the one layer where it becomes decodable
-ACC_BAR = 0.95
+ACC_BAR = 0.9
 HEAD_BAR = 0.7  # joint recovery of the top-k heads
 MIDDLE_LABEL = "decodable before the last layer and from then on (1 = yes)"
 MIN_GAP = 2.0  # logits between prompt B's and prompt A's logit difference, for recovery to be meaningful

@@ -76,7 +76,7 @@ PAPERS: list[Paper] = [
     Paper("icl-ar-ntp", "Towards Auto-Regressive Next-Token Prediction: In-Context Learning Emerges from "
           "Generalization", I,
           "Pretraining on many linear-dynamics 'topics' makes in-context prediction of unseen ones "
-          "emerge, tracked against a PAC-Bayesian bound.", arxiv="2502.17024",
+          "emerge, with the shapes of a PAC-Bayesian bound beside the measured gap.", arxiv="2502.17024",
           page="pages/icl_ar_ntp.py", module="engine.icl_ar_ntp"),
     Paper("trackstar-tda", "Scalable Influence and Fact Tracing for Large Language Model Pretraining", I,
           "Projected, optimizer-corrected, unit-normalised gradients trace a fact back to the "
@@ -112,7 +112,8 @@ PAPERS: list[Paper] = [
           page="pages/residual_mppi.py", module="engine.residual_mppi"),
     Paper("safety-representations", "Safety Representations for Safer Policy Learning", R,
           "Append a learned distribution of steps-to-cost to the state so the agent explores "
-          "with fewer constraint violations.", arxiv="2502.20341"),
+          "with fewer constraint violations.", arxiv="2502.20341",
+          page="pages/safety_representations.py", module="engine.safety_representations"),
     Paper("pqn", "Simplifying Deep Temporal Difference Learning", R,
           "LayerNorm makes off-policy TD stable without target networks or replay; vectorised "
           "Q-learning (PQN) trains fast.", arxiv="2407.04811",
@@ -123,10 +124,12 @@ PAPERS: list[Paper] = [
           page="pages/mad_td.py", module="engine.mad_td"),
     Paper("softmoe-tokenization", "Don't flatten, tokenize! Unlocking the key to SoftMoE's efficacy in deep RL", R,
           "Most of SoftMoE's gain in deep RL comes from tokenising the encoder output, not from "
-          "having many experts.", arxiv="2410.01930"),
+          "having many experts.", arxiv="2410.01930", page="pages/softmoe_tokenization.py",
+          module="engine.softmoe_tokenization"),
     Paper("blendrl", "BlendRL: A Framework for Merging Symbolic and Neural Policy Learning", R,
           "A learned gate blends a neural policy with differentiable logic rules over object "
-          "predicates.", arxiv="2410.11689"),
+          "predicates.", arxiv="2410.11689",
+          page="pages/blendrl.py", module="engine.blendrl"),
     Paper("gap-dependent-q", "Gap-Dependent Bounds for Q-Learning using Reference-Advantage Decomposition", R,
           "With a positive suboptimality gap, the regret of advantage-based Q-learning grows "
           "only like log T.", arxiv="2410.07574",

@@ -27,7 +27,7 @@ layout.paper_header(
     ),
     caveat=(
         f"Scale: a {eng.SHIPPED_ARCH.n_layers}-layer decoder with {eng.SHIPPED_ARCH.n_heads} heads per layer "
-        f"and d = {eng.SHIPPED_ARCH.d_model}, trained offline for {eng.SHIPPED_STEPS} steps on a synthetic "
+        f"and d = {eng.SHIPPED_ARCH.d_model}, trained offline for {eng.SHIPPED_STEPS + eng.RESUME_STEPS} steps on a synthetic "
         "grammar, against the paper's 7B–70B language models on real benchmarks (MMLU and others). With so "
         "few layers, \"middle layers\" can only mean \"neither the first nor the last\": the page measures "
         "where the letter becomes readable and how many heads carry it, it does not reproduce the paper's "
@@ -142,7 +142,7 @@ logits $= W_U\,\mathrm{LN}_f(x_L)$; head $h$ writes $z_{l,h}W_O^{(h)}$ with $z_{
 
 **Logit lens.** For every layer, $\mathrm{LN}_f$ and $W_U$ are applied to the residual stream $x_l$ at the last
 position; "decodable" means that among the four letters the right one has the largest projected logit on at least
-90 % of the prompts. At $l = L$ this is exactly the model's output.
+85 % of the prompts. At $l = L$ this is exactly the model's output.
 
 **Activation patching.** For pairs $(A, B)$ with the same item but different correct letters $a \neq b$, let
 $\Delta = \mathrm{logit}_b - \mathrm{logit}_a$ at the last position. Running $A$ with one activation copied from

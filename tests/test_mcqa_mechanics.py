@@ -161,7 +161,7 @@ def test_head_patching_matches_an_independent_numpy_forward(model, pairs):
     _logits(model, b.ids, cache=cb)
     for li, h in ((0, 1), (model.arch.n_layers - 1, 2)):
         pos = [eng.SEQ_LEN - 1] if li else list(range(eng.SEQ_LEN))
-        ref, _ = _numpy_forward(sd, model.arch, a.ids, head_patch=(li, h, pos, zb[li]))
+        ref, _ = _numpy_forward(sd, model.arch, a.ids, head_patch=(li, h, pos, zb[li][:, h]))
         got = _logits(model, a.ids, patch={("head", li, h): (pos, cb["z"][li][:, h])}).numpy()
         assert np.allclose(ref, got, atol=1e-4)
 

@@ -1,0 +1,464 @@
+"""SRPL at grid scale: a learned steps-to-cost distribution appended to the agent's input.
+
+Pure numpy. A vectorised slippery gridworld ("island": water border and inner lake, a narrow
+land bridge and a longer route around), online Q(lambda) over short rollouts of parallel
+environments (PQN-style: no replay, no target network) with a one-hidden-layer ReLU network
+on the cell coordinates, and the safety representation of the paper:
+
+* labels from complete episodes: delta_t = steps until the next cost state, clipped to H_s,
+  binned into K = ceil(H_s / bin_size) bins (the last bin also means "safe within H_s");
+* a steps-to-cost (S2C) network s -> K logits trained by cross-entropy on a FIFO buffer;
+* the Q network sees [s, softmax(S2C(s))]; the S2C output is a constant input for the Q
+  update (no gradient flows from the Q loss into the S2C parameters).
+
+Variants: baseline (s), srpl ([s, P(.|s)]), oracle ([s, one-hot of the binned BFS distance to
+water]), penalty (baseline with a 5x failure penalty), const ([s, uniform vector], control).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.core import Bool, Choice, Claim, Float, InputError, Int, param, seed_everything
+from engine.core.progress import report
+
+MAPS = {
+    "island": [
+        "WWWWWWWWWW",
+        "W........W",
+        "W........W",
+        "W..WWWW..W",
+        "WS......GW",
+        "W..WWWW..W",
+        "WWWWWWWWWW",
+    ],
+    "two rooms": [
+        "WWWWWWWWWW",
+        "W...WW...W",
+        "W........W",
+        "W.WWWWWW.W",
+        "WS......GW",
+        "W.WWWWWW.W",
+        "WWWWWWWWWW",
+    ],
+}
+MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]])  # up, down, left, right
+ARROWS = np.array(["↑", "↓", "←", "→"])
+STEP_REWARD = -0.02
+GOAL_REWARD = 1.0
+TIME_LIMIT = 60
+N_ENVS = 32
+ROLLOUT = 8
+HIDDEN = 64
+GAMMA = 0.97
+LAM = 0.6
+LR = 3e-3
+S2C_BUFFER = 4_000
+S2C_BATCH = 256
+S2C_STEPS = 8
+Q_STEPS = 4
+S2C_LR = 3e-3
+PENALTY_FACTOR = 5.0
+EVAL_EPISODES = 200
+MIN_LABELS = 50
+VARIANTS = ("baseline", "srpl", "oracle", "penalty", "const")
+LABELS = {"baseline": "baseline (s)", "srpl": "SRPL ([s, P(δ|s)])", "oracle": "oracle distance",
+          "penalty": "baseline, 5× penalty", "const": "constant vector (control)"}
+
+
+@dataclass(frozen=True)
+class Config:
+    horizon: int = param(10, Int(2, 30, "Safety horizon H_s", help="Steps-to-cost beyond H_s fall in the last bin"))
+    bin_size: int = param(1, Int(1, 5, "Bin size", help="Steps per histogram bin of the steps-to-cost model"))
+    slip: float = param(0.1, Float(0.0, 0.3, "Slip probability", step=0.05,
+                                   help="Chance that a move is replaced by a random one"))
+    penalty: float = param(1.0, Float(0.0, 5.0, "Failure penalty", step=0.5,
+                                      help="Reward lost on entering water (the episode ends)"))
+    env_steps: int = param(25_600, Int(5_000, 60_000, "Environment steps", step=1_000))
+    grid: str = param("island", Choice(tuple(MAPS), "Map", widget="radio"))
+    n_seeds: int = param(3, Int(1, 5, "Seeds"))
+    oracle: bool = param(False, Bool("Oracle variant", help="Input = true binned distance to water"))
+    penalty_only: bool = param(False, Bool("Penalty-only variant", help="Baseline with a 5x failure penalty"))
+    seed: int = param(0, Int(0, 9, "Seed"))
+
+
+@dataclass
+class Result:
+    variants: list                 # variant names that were run
+    steps: np.ndarray              # (P,) env steps at the end of each rollout
+    cum_cost: dict                 # variant -> (seeds, P) cumulative water entries
+    succ_x: np.ndarray             # (W,) window centres (env steps)
+    succ_rate: dict                # variant -> (seeds, W) success fraction of episodes ending in the window
+    eval_success: dict             # variant -> (seeds,) greedy success rate after training
+    final_cost: dict               # variant -> (seeds,)
+    water: np.ndarray              # (R, C) bool
+    arrows: dict                   # variant -> (R, C) str greedy action of seed 0
+    pred_dist: np.ndarray          # (R, C, K) S2C prediction (srpl, seed 0)
+    exact_dist: np.ndarray         # (R, C, K) exact distribution under the final behaviour policy
+    visits: np.ndarray             # (R, C) visits of srpl seed 0
+    label_hist: np.ndarray         # (K,) label counts in the S2C buffer (srpl, seed 0)
+    tv: np.ndarray                 # (seeds,) mean TV on well-visited cells
+    metrics: dict
+
+
+# ---------------------------------------------------------------- labels and maps
+def steps_to_cost(costs, horizon: int) -> np.ndarray:
+    """delta_t = min{j - t : j > t, c_j = 1}, clipped to horizon; horizon when no later cost."""
+    c = np.asarray(costs, dtype=bool)
+    out = np.full(len(c), horizon, dtype=int)
+    nxt = None
+    for t in range(len(c) - 1, -1, -1):
+        if nxt is not None:
+            out[t] = min(nxt - t, horizon)
+        if c[t]:
+            nxt = t
+    return out
+
+
+def n_bins(horizon: int, bin_size: int) -> int:
+    return int(np.ceil(horizon / bin_size))
+
+
+def to_bins(delta, horizon: int, bin_size: int) -> np.ndarray:
+    return np.minimum((np.asarray(delta) - 1) // bin_size, n_bins(horizon, bin_size) - 1)
+
+
+def parse_map(name: str):
+    rows = MAPS[name]
+    water = np.array([[ch == "W" for ch in r] for r in rows])
+    start = next((i, j) for i, r in enumerate(rows) for j, ch in enumerate(r) if ch == "S")
+    goal = next((i, j) for i, r in enumerate(rows) for j, ch in enumerate(r) if ch == "G")
+    return water, start, goal
+
+
+def next_cell(water: np.ndarray) -> np.ndarray:
+    """(N, 4) index of the cell reached by each move (clamped at the border)."""
+    R, C = water.shape
+    rr, cc = np.divmod(np.arange(R * C), C)
+    nr = np.clip(rr[:, None] + MOVES[:, 0], 0, R - 1)
+    nc = np.clip(cc[:, None] + MOVES[:, 1], 0, C - 1)
+    return nr * C + nc
+
+
+def water_distance(water: np.ndarray) -> np.ndarray:
+    """Grid (4-neighbour) BFS distance from each cell to the nearest water cell."""
+    R, C = water.shape
+    dist = np.full((R, C), -1)
+    q = deque()
+    for i, j in zip(*np.nonzero(water)):
+        dist[i, j] = 0
+        q.append((i, j))
+    while q:
+        i, j = q.popleft()
+        for di, dj in MOVES:
+            a, b = i + di, j + dj
+            if 0 <= a < R and 0 <= b < C and dist[a, b] < 0:
+                dist[a, b] = dist[i, j] + 1
+                q.append((a, b))
+    return dist
+
+
+def exact_steps_to_cost(policy: np.ndarray, water: np.ndarray, goal: int, slip: float, horizon: int) -> np.ndarray:
+    """(N, H) exact P(delta = k | s), k = 1..H (last column: no cost within H-1 steps).
+
+    policy: (N, 4) action probabilities. The state distribution from s is pushed forward with
+    water absorbing (the mass entering water at step k is P(delta = k)) and the goal absorbing safe.
+    """
+    N = water.size
+    nxt = next_cell(water)
+    move = (1 - slip) * np.eye(4) + slip / 4.0          # P(move m | action a)
+    pm = policy @ move                                    # (N, 4) prob of each move
+    T = np.zeros((N, N))
+    np.add.at(T, (np.repeat(np.arange(N), 4), nxt.ravel()), pm.ravel())
+    wat = water.ravel()
+    hit = T[:, wat].sum(1)                                # prob of entering water in one step
+    hit[goal] = 0.0                                       # absorbing states never move on
+    hit[wat] = 0.0
+    M = T.copy()
+    M[:, wat] = 0.0
+    M[goal, :] = 0.0
+    M[wat, :] = 0.0
+    D = np.eye(N)
+    out = np.zeros((N, horizon))
+    for k in range(horizon - 1):
+        out[:, k] = D @ hit
+        D = D @ M
+    out[:, horizon - 1] = 1.0 - out[:, : horizon - 1].sum(1)
+    return out
+
+
+def bin_dist(p_delta: np.ndarray, horizon: int, bin_size: int) -> np.ndarray:
+    K = n_bins(horizon, bin_size)
+    b = to_bins(np.arange(1, horizon + 1), horizon, bin_size)
+    out = np.zeros(p_delta.shape[:-1] + (K,))
+    for k in range(horizon):
+        out[..., b[k]] += p_delta[..., k]
+    return out
+
+
+# ---------------------------------------------------------------- tiny numpy MLP + Adam
+class MLP:
+    """x -> ReLU(x W1 + b1) -> W2 + b2, gradients by hand, Adam."""
+
+    def __init__(self, d_in: int, d_out: int, rng: np.random.Generator, hidden: int = HIDDEN, lr: float | None = None):
+        w1 = rng.normal(0, np.sqrt(2.0 / d_in), (d_in, hidden))
+        b1 = -rng.random((1, d_in)) @ w1        # ReLU kinks through random points of the unit cube
+        parts = [w1, b1.ravel(), rng.normal(0, np.sqrt(1.0 / hidden), (hidden, d_out)) * 0.5, np.zeros(d_out)]
+        self.flat = np.concatenate([w.ravel() for w in parts])   # one vector: Adam in a few ops
+        self.p, i = [], 0
+        for w in parts:
+            self.p.append(self.flat[i:i + w.size].reshape(w.shape))
+            i += w.size
+        self.m = np.zeros_like(self.flat)
+        self.v = np.zeros_like(self.flat)
+        self.t = 0
+        self.lr = LR if lr is None else lr
+
+    def forward(self, x):
+        h = np.maximum(x @ self.p[0] + self.p[1], 0.0)
+        return h @ self.p[2] + self.p[3], h
+
+    def __call__(self, x):
+        return self.forward(x)[0]
+
+    def step(self, x, h, g_out):
+        """Adam step given dLoss/dOutput g_out (B, d_out)."""
+        gh = (g_out @ self.p[2].T) * (h > 0)
+        g = np.concatenate([(x.T @ gh).ravel(), gh.sum(0), (h.T @ g_out).ravel(), g_out.sum(0)])
+        self.t += 1
+        b1, b2 = 0.9, 0.999
+        self.m *= b1
+        self.m += (1 - b1) * g
+        self.v *= b2
+        self.v += (1 - b2) * g * g
+        self.flat -= self.lr * (self.m / (1 - b1 ** self.t)) / (np.sqrt(self.v / (1 - b2 ** self.t)) + 1e-8)
+
+
+def softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)
+
+
+# ---------------------------------------------------------------- one training run
+def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
+    rng = np.random.default_rng(seed)
+    water, start, goal = parse_map(cfg.grid)
+    R, C = water.shape
+    N = R * C
+    nxt = next_cell(water)
+    wat = water.ravel()
+    start_i, goal_i = start[0] * C + start[1], goal[0] * C + goal[1]
+    rr, cc = np.divmod(np.arange(N), C)
+    coords = np.stack([rr / (R - 1), cc / (C - 1)], 1)
+    H, K = cfg.horizon, n_bins(cfg.horizon, cfg.bin_size)
+    onehot = np.eye(K)[to_bins(np.maximum(water_distance(water).ravel(), 1), H, cfg.bin_size)]
+    penalty = cfg.penalty * (PENALTY_FACTOR if variant == "penalty" else 1.0)
+    aug = variant in ("srpl", "oracle", "const")
+    q = MLP(2 + (K if aug else 0), 4, rng)
+    s2c = MLP(2, K, rng, lr=S2C_LR) if variant == "srpl" else None
+
+    all_cells = np.arange(N)
+
+    def feats(cells):
+        x = coords[cells]
+        if variant == "srpl":
+            return np.concatenate([x, softmax(s2c(x))], 1)   # detached: a constant input to Q
+        if variant == "oracle":
+            return np.concatenate([x, onehot[cells]], 1)
+        if variant == "const":
+            return np.concatenate([x, np.full((len(cells), K), 1.0 / K)], 1)
+        return x
+
+    E = N_ENVS
+    n_roll = max(1, cfg.env_steps // (E * ROLLOUT))
+    total = n_roll * E * ROLLOUT
+    eps_end, eps_frac = 0.05, 0.4
+    pos = np.full(E, start_i)
+    t_ep = np.zeros(E, dtype=int)
+    ep_cells = np.zeros((E, TIME_LIMIT + 1), dtype=int)
+    buf_x = np.zeros(S2C_BUFFER, dtype=int)
+    buf_y = np.zeros(S2C_BUFFER, dtype=int)
+    buf_n = buf_ptr = 0
+    visits = np.zeros(N)
+    cum_cost = np.zeros(n_roll)
+    ends_step, ends_succ = [], []
+    costs = 0
+    step = 0
+    for it in range(n_roll):
+        cells = np.zeros((ROLLOUT, E), dtype=int)
+        acts = np.zeros((ROLLOUT, E), dtype=int)
+        rews = np.zeros((ROLLOUT, E))
+        term = np.zeros((ROLLOUT, E), dtype=bool)
+        done = np.zeros((ROLLOUT, E), dtype=bool)
+        nxt_cells = np.zeros((ROLLOUT, E), dtype=int)
+        q_table = q(feats(all_cells))           # networks change only between rollouts
+        for t in range(ROLLOUT):
+            eps = max(eps_end, 1.0 - (1.0 - eps_end) * step / (eps_frac * total))
+            a = q_table[pos].argmax(1)
+            rnd = rng.random(E) < eps
+            a[rnd] = rng.integers(0, 4, rnd.sum())
+            m = a.copy()
+            sl = rng.random(E) < cfg.slip
+            m[sl] = rng.integers(0, 4, sl.sum())
+            new = nxt[pos, m]
+            died, won = wat[new], new == goal_i
+            visits += np.bincount(pos, minlength=N)
+            ep_cells[np.arange(E), t_ep] = pos
+            t_ep += 1
+            timeout = t_ep >= TIME_LIMIT
+            cells[t], acts[t], nxt_cells[t] = pos, a, new
+            rews[t] = STEP_REWARD + GOAL_REWARD * won - penalty * died
+            term[t] = died | won
+            done[t] = term[t] | timeout
+            costs += int(died.sum())
+            step += E
+            fin = np.nonzero(done[t])[0]
+            if len(fin):
+                ends_step.append(np.full(len(fin), step))
+                ends_succ.append(won[fin])
+            if s2c is not None and len(fin):
+                lens = t_ep[fin]
+                tt = np.arange(TIME_LIMIT + 1)
+                mask = tt[None, :] < lens[:, None]
+                delta = np.where(died[fin][:, None], np.minimum(lens[:, None] - tt[None, :], H), H)
+                xs, ys = ep_cells[fin][mask], to_bins(delta[mask], H, cfg.bin_size)
+                n = len(xs)
+                idx = (buf_ptr + np.arange(n)) % S2C_BUFFER
+                buf_x[idx], buf_y[idx] = xs, ys
+                buf_ptr = (buf_ptr + n) % S2C_BUFFER
+                buf_n = min(S2C_BUFFER, buf_n + n)
+            pos = np.where(done[t], start_i, new)
+            t_ep[done[t]] = 0
+        cum_cost[it] = costs
+        # --- S2C update (own cross-entropy loss only)
+        if s2c is not None and buf_n >= 64:
+            for _ in range(S2C_STEPS):
+                j = rng.integers(0, buf_n, min(S2C_BATCH, buf_n))
+                x = coords[buf_x[j]]
+                logits, h = s2c.forward(x)
+                g = softmax(logits)
+                g[np.arange(len(j)), buf_y[j]] -= 1.0
+                s2c.step(x, h, g / len(j))
+        # --- Q(lambda) targets over the rollout, then two minibatch steps
+        f_table = feats(all_cells)
+        boot = q(f_table).max(1)[nxt_cells] * (~term)
+        G = np.zeros((ROLLOUT, E))
+        nxt_G = boot[-1]
+        for t in range(ROLLOUT - 1, -1, -1):
+            cont = boot[t] if t == ROLLOUT - 1 else np.where(done[t], boot[t], LAM * nxt_G + (1 - LAM) * boot[t])
+            G[t] = rews[t] + GAMMA * cont
+            nxt_G = G[t]
+        X = f_table[cells.ravel()]
+        A, Y = acts.ravel(), G.ravel()
+        perm = rng.permutation(len(Y))
+        for half in np.array_split(perm, Q_STEPS):
+            out, h = q.forward(X[half])
+            g = np.zeros_like(out)
+            g[np.arange(len(half)), A[half]] = out[np.arange(len(half)), A[half]] - Y[half]
+            q.step(X[half], h, g / len(half))
+        if progress is not None and it % 10 == 0:
+            progress((it + 1) / n_roll, f"{variant}: {(it + 1) * E * ROLLOUT:,} steps")
+
+    # --- greedy evaluation
+    greedy = q(feats(np.arange(N))).argmax(1)
+    p = np.full(EVAL_EPISODES, start_i)
+    alive = np.ones(EVAL_EPISODES, dtype=bool)
+    success = np.zeros(EVAL_EPISODES, dtype=bool)
+    for _ in range(TIME_LIMIT):
+        m = greedy[p].copy()
+        sl = rng.random(EVAL_EPISODES) < cfg.slip
+        m[sl] = rng.integers(0, 4, sl.sum())
+        new = nxt[p, m]
+        success |= alive & (new == goal_i)
+        alive &= ~wat[new] & (new != goal_i)
+        p = np.where(alive, new, p)
+    out = dict(steps=(np.arange(n_roll) + 1) * E * ROLLOUT, cum_cost=cum_cost, ends_step=np.concatenate(ends_step or [np.zeros(0, int)]),
+               ends_succ=np.concatenate(ends_succ or [np.zeros(0, bool)]), eval_success=float(success.mean()), final_cost=float(costs),
+               arrows=np.where(water.ravel(), "", ARROWS[greedy]).reshape(R, C), visits=visits.reshape(R, C))
+    if s2c is not None:
+        pol = np.full((N, 4), eps_end / 4) + (1 - eps_end) * np.eye(4)[greedy]
+        exact = bin_dist(exact_steps_to_cost(pol, water, goal_i, cfg.slip, H), H, cfg.bin_size)
+        pred = softmax(s2c(coords))
+        n_lab = np.bincount(buf_x[:buf_n], minlength=N)
+        emp = np.zeros((N, K))
+        np.add.at(emp, (buf_x[:buf_n], buf_y[:buf_n]), 1.0)
+        emp /= np.maximum(n_lab, 1)[:, None]
+        land = (~wat) & (np.arange(N) != goal_i) & (n_lab >= MIN_LABELS)
+        out["tv_emp"] = float((0.5 * np.abs(pred - emp).sum(1))[land].mean())
+        tv = 0.5 * np.abs(pred - exact).sum(1)
+        out.update(pred=pred.reshape(R, C, K), exact=exact.reshape(R, C, K),
+                   tv=float(tv[land].mean()) if land.any() else float("nan"),
+                   label_hist=np.bincount(buf_y[:buf_n], minlength=K))
+    return out
+
+
+def run(config: Config, progress=None) -> Result:
+    seed_everything(config.seed, torch_too=False)
+    if n_bins(config.horizon, config.bin_size) < 2:
+        raise InputError("The safety horizon H_s must span at least two bins (make the bin size smaller than H_s).")
+    variants = ["baseline", "srpl"] + (["oracle"] if config.oracle else []) + \
+        (["penalty"] if config.penalty_only else [])
+    return _run_variants(config, variants, progress)
+
+
+def _run_variants(config: Config, variants: list, progress=None) -> Result:
+    water, _, _ = parse_map(config.grid)
+    jobs = [(v, s) for s in range(config.n_seeds) for v in variants]
+    runs = {}
+    for i, (v, s) in enumerate(jobs):
+        def sub(f, msg, i=i, s=s):
+            report(progress, (i + f) / len(jobs), f"seed {s + 1}/{config.n_seeds}, {msg}")
+        runs[v, s] = _train(v, config, 1000 * config.seed + s, sub)
+    S = config.n_seeds
+    steps = runs[variants[0], 0]["steps"]
+    win = 1000
+    edges = np.arange(0, steps[-1] + win, win)
+    succ_x = edges[:-1] + win / 2
+
+    def rate(r):
+        idx = np.clip((r["ends_step"] - 1) // win, 0, len(edges) - 2)
+        n = np.bincount(idx, minlength=len(edges) - 1)
+        k = np.bincount(idx, weights=r["ends_succ"].astype(float), minlength=len(edges) - 1)
+        return np.where(n > 0, k / np.maximum(n, 1), np.nan)
+
+    g = lambda key, v: np.array([runs[v, s][key] for s in range(S)])  # noqa: E731
+    cum = {v: g("cum_cost", v) for v in variants}
+    ev = {v: g("eval_success", v) for v in variants}
+    fc = {v: g("final_cost", v) for v in variants}
+    sr = {v: np.array([rate(runs[v, s]) for s in range(S)]) for v in variants}
+    r0 = runs["srpl", 0]
+    tv = g("tv", "srpl")
+    metrics = {f"{k}_{v}": float(np.mean(d[v])) for v in variants for k, d in (("cost", fc), ("success", ev))}
+    metrics["tv"] = float(np.nanmean(tv)) if np.isfinite(tv).any() else float("nan")
+    metrics["tv_fit"] = float(np.nanmean(g("tv_emp", "srpl")))
+    return Result(variants=variants, steps=steps, cum_cost=cum, succ_x=succ_x, succ_rate=sr, eval_success=ev,
+                  final_cost=fc, water=water, arrows={v: runs[v, 0]["arrows"] for v in variants},
+                  pred_dist=r0["pred"], exact_dist=r0["exact"], visits=r0["visits"],
+                  label_hist=r0["label_hist"], tv=tv, metrics=metrics)
+
+
+def claims(result: Result) -> list[Claim]:
+    m = result.metrics
+    b_cost, s_cost = m["cost_baseline"], m["cost_srpl"]
+    out = [
+        Claim("SRPL violates the constraint less often during training than the plain agent",
+              measured=s_cost / max(b_cost, 1.0), op="<=", threshold=0.8, label="cost(SRPL) / cost(baseline)",
+              detail=f"water entries over training, seed mean: SRPL {s_cost:.0f} vs baseline {b_cost:.0f}",
+              fmt=".2f"),
+        Claim("…without becoming more conservative: the greedy SRPL policy reaches the goal at least as often",
+              measured=m["success_srpl"] - m["success_baseline"], op=">=", threshold=-0.05,
+              label="success(SRPL) − success(baseline)",
+              detail=f"greedy success over {EVAL_EPISODES} episodes: SRPL {m['success_srpl']:.2f}, "
+                     f"baseline {m['success_baseline']:.2f}", fmt=".2f"),
+        Claim("…and it actually solves the task", measured=m["success_srpl"], op=">=", threshold=0.5,
+              label="greedy success of SRPL", fmt=".2f"),
+        Claim("The safety representation predicts the distribution of steps to the next cost",
+              measured=m["tv"], op="<=", threshold=0.25, label="mean TV(S2C, exact)",
+              detail=f"land cells with ≥ {MIN_LABELS} labels in the S2C buffer, exact distribution under the final "
+                     "ε-greedy policy by forward propagation", fmt=".3f"),
+    ]
+    return out
