@@ -27,8 +27,8 @@ layout.paper_header(
         "Small-scale proxy, not the paper's experiment: instead of training agents on Atari for millions of frames, "
         "each head regresses the closed-form optimal Q-values of a 10×5 pixel Catch game on half of its 225 "
         "states and is judged on the other half (held-out MSE) and by the greedy success of its Q in the real "
-        "game. Here the gain from tokenization comes from sharing one small expert across positions (better "
-        "generalisation from few states), not from the scaling behaviour the paper studies. The shipped curves are "
+        "game. Any gain from tokenization here can only come from sharing experts across positions (generalising "
+        "from few states), not from the scaling behaviour the paper studies. The shipped curves are "
         "3 seeds × 500 steps from `python -m engine.softmoe_tokenization train`; the LayerNorm on tokens is our "
         "addition."
     ),
