@@ -88,8 +88,8 @@ class Result:
 
 
 def interaction_tensor(P: np.ndarray, W: np.ndarray, V: np.ndarray) -> np.ndarray:
-    """B[c, i, j] = sum_k P[c, k] W[k, i] V[k, j]."""
-    return np.einsum("ck,ki,kj->cij", P, W, V)
+    """B[c, i, j] = sum_k P[c, k] W[k, i] V[k, j], as one batched matmul: B[c] = (P[c] * W)^T V."""
+    return np.matmul(np.swapaxes(P[:, :, None] * W[None, :, :], 1, 2), V)
 
 
 def symmetric_q(B: np.ndarray) -> np.ndarray:
@@ -423,8 +423,8 @@ def bench_kernels() -> list[dict]:
     ours = best(lambda: eig_desc(Q))
     ref = best(lambda: [scipy.linalg.eigh(q) for q in Q])
     ours_b = best(lambda: interaction_tensor(P, W, V))
-    ref_b = best(lambda: np.stack([(P[c][:, None] * W).T @ V for c in range(10)]))
+    ref_b = best(lambda: np.einsum("ck,ki,kj->cij", P, W, V))
     return [{"name": "eigh of 10 interaction matrices (64×64)", "ours_s": ours, "ref": "scipy.linalg.eigh",
              "ref_s": ref},
-            {"name": "interaction tensor B (einsum)", "ours_s": ours_b, "ref": "per-class BLAS matmul",
+            {"name": "interaction tensor B (batched matmul)", "ours_s": ours_b, "ref": "numpy.einsum",
              "ref_s": ref_b}]

@@ -71,6 +71,7 @@ def test_eigendecomposition_against_numpy_and_scipy():
     B = eng.interaction_tensor(P, W, V)
     c, i, j = 1, 2, 3
     assert np.isclose(B[c, i, j], sum(P[c, k] * W[k, i] * V[k, j] for k in range(W.shape[0])))
+    assert np.allclose(B, np.einsum("ck,ki,kj->cij", P, W, V))
 
 
 def test_symmetrisation_does_not_change_the_quadratic_form():
