@@ -26,7 +26,7 @@ import torch
 import torch.nn as tnn
 
 from engine.core import Bool, Choice, Claim, Float, InputError, Int, param, seed_everything
-from engine.core.nn import asset_path, load_state, mlp, save_state, set_cpu_threads
+from engine.core.nn import asset_path, load_state, make_optimizer, mlp, save_state, set_cpu_threads
 from engine.core.progress import ProgressSpan, report
 
 SLUG = "blendrl"
@@ -255,7 +255,7 @@ def train_agent(kind: str, steps: int, seed: int, blend_ent: float = 0.01, n_env
     rng = np.random.default_rng(seed)
     env = Climber(n_envs, "standard", rng)
     agent = BlendAgent(kind)
-    opt = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5)
+    opt = make_optimizer(agent.parameters(), lr=lr, eps=1e-5)
     gen = torch.Generator().manual_seed(seed)
     iters = max(1, steps // (n_envs * horizon))
     ep_succ = []

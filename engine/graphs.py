@@ -424,7 +424,9 @@ def train_gcns(adjs, feats, labels, train_idx, val_idx, test_idx, hidden: int = 
     b1 = torch.zeros(B, 1, hidden, device=dev, requires_grad=True)
     b2 = torch.zeros(B, 1, n_cls, device=dev, requires_grad=True)
     params = [W1, b1, W2, b2]
-    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    from engine.core.nn import make_optimizer
+
+    opt = make_optimizer(params, lr=lr, weight_decay=weight_decay)
     torch.manual_seed(int(seed))
 
     def forward(train: bool):

@@ -206,7 +206,9 @@ def train_router(c: Config, A, X, y, train_idx, dst, src, masks, Z, progress=Non
     W1 = torch.nn.Linear(c.dim, c.hidden)
     W2 = torch.nn.Linear(c.hidden, c.n_classes)
     params = [*router.parameters(), *noise_w.parameters(), *W1.parameters(), *W2.parameters()]
-    opt = torch.optim.Adam(params, lr=0.01, weight_decay=5e-4)
+    from engine.core.nn import make_optimizer
+
+    opt = make_optimizer(params, lr=0.01, weight_decay=5e-4)
 
     def gates(train: bool):
         logits = router(Zt)

@@ -253,7 +253,7 @@ def train_coper(x1: np.ndarray, x2: np.ndarray, cfg: Config, rng: np.random.Gene
     import torch
     from torch import nn
 
-    from engine.core.nn import mlp, set_cpu_threads
+    from engine.core.nn import make_optimizer, mlp, set_cpu_threads
 
     set_cpu_threads(1)  # full-batch steps on ~1000 samples: one thread is fastest on a shared CPU
     torch.manual_seed(cfg.seed)
@@ -263,8 +263,8 @@ def train_coper(x1: np.ndarray, x2: np.ndarray, cfg: Config, rng: np.random.Gene
     enc1 = mlp([x1.shape[1]] + [cfg.hidden] * cfg.depth + [cfg.embed_dim])
     enc2 = mlp([x2.shape[1]] + [cfg.hidden] * cfg.depth + [cfg.embed_dim])
     head = nn.Linear(cfg.embed_dim, k)
-    opt = torch.optim.Adam(list(enc1.parameters()) + list(enc2.parameters()) + list(head.parameters()), lr=cfg.lr,
-                           weight_decay=cfg.weight_decay, foreach=True)
+    opt = make_optimizer(list(enc1.parameters()) + list(enc2.parameters()) + list(head.parameters()), lr=cfg.lr,
+                         weight_decay=cfg.weight_decay)
     ce = nn.CrossEntropyLoss()
     hist = {"epoch": [], "corr": [], "ce": [], "labelled": []}
     n = len(x1)
@@ -323,8 +323,10 @@ def train_coper(x1: np.ndarray, x2: np.ndarray, cfg: Config, rng: np.random.Gene
 def _fit_head(head, h, labels, steps: int = 50):
     import torch
 
+    from engine.core.nn import make_optimizer
+
     with torch.enable_grad():
-        opt = torch.optim.Adam(head.parameters(), lr=0.05)
+        opt = make_optimizer(head.parameters(), lr=0.05)
         for _ in range(steps):
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(head(h), labels)

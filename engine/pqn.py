@@ -355,7 +355,9 @@ def train_dqn(cfg: Config, seed: int, progress=None) -> dict:
     steps = max(1, cfg.env_steps // E)
     net, tgt = _qnet(128, False), _qnet(128, False)
     tgt.load_state_dict(net.state_dict())
-    opt = torch.optim.Adam(net.parameters(), lr=5e-4)
+    from engine.core.nn import make_optimizer
+
+    opt = make_optimizer(net.parameters(), lr=5e-4)
     cap = 50_000
     buf_o = torch.zeros(cap, 4)
     buf_a = torch.zeros(cap, dtype=torch.long)

@@ -193,7 +193,8 @@ PAPERS: list[Paper] = [
           page="pages/inference_set_design.py", module="engine.inference_set_design"),
     Paper("crossmpt", "CrossMPT: Cross-attention Message-Passing Transformer for Error Correcting Codes", T,
           "A transformer decoder whose magnitude and syndrome embeddings exchange messages through "
-          "parity-check-masked cross-attention.", arxiv="2405.01033"),
+          "parity-check-masked cross-attention.", arxiv="2405.01033",
+          page="pages/crossmpt.py", module="engine.crossmpt"),
     Paper("qnn-ansatz", "Exploring channel distinguishability in local neighborhoods of the model space in "
           "quantum neural networks", T,
           "How distinguishable a QNN's output states are under small parameter changes, versus "

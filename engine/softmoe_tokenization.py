@@ -258,7 +258,9 @@ def train_head(arch: str, cols: int, steps: int, seed: int, frac: float = 0.5, p
     seed_everything(seed)
     X, Y, tr, te = split(cols, frac, seed)
     net = build(arch, cols, **kw)
-    opt = torch.optim.Adam(net.parameters(), lr=LR)
+    from engine.core.nn import make_optimizer
+
+    opt = make_optimizer(net.parameters(), lr=LR)
     g = torch.Generator().manual_seed(seed)
     curve = {"step": [], "test_mse": [], "success": []}
 

@@ -283,7 +283,9 @@ def svdd_scores(train: list[Graph], test: list[Graph], epochs: int, seed: int) -
         z0 = embed(A, X, M)
         c = z0.mean(0)
         c = torch.where(c.abs() < 0.1, torch.full_like(c, 0.1) * torch.sign(c + 1e-12), c)  # avoid trivial centre
-    opt = torch.optim.Adam(layers.parameters(), lr=1e-3, weight_decay=1e-5)
+    from engine.core.nn import make_optimizer
+
+    opt = make_optimizer(layers.parameters(), lr=1e-3, weight_decay=1e-5)
     for _ in range(int(epochs)):
         opt.zero_grad(set_to_none=True)
         loss = ((embed(A, X, M) - c) ** 2).sum(1).mean()

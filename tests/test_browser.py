@@ -3,9 +3,8 @@
 - every built page and the home gallery render their claims panel and first plot with no error
   element; a screenshot per page goes to artifacts/screenshots/;
 - a shared URL with parameters opens with the widgets showing those values;
-- a load test: 20 concurrent browser sessions across pages, no errors, bounded server memory,
-  p50/p95 time to first plot printed (only with EXPLORER_LOAD_TEST=1: on 2 cores, 20 headless
-  chromium instances plus 20 cold page runs did not finish within 9 minutes, so it is not in CI).
+- a load test: 20 concurrent sessions (tabs of one chromium) on 20 different pages, no errors,
+  bounded server memory, p50/p95 time to first plot printed.
 
 Skipped when /usr/bin/chromium is absent, unless EXPLORER_REQUIRE_BROWSER=1 (set by .ci/run, which
 installs chromium), in which case a missing browser is a failure.
@@ -99,7 +98,7 @@ def server():
         proc.kill()
 
 
-def _driver(width: int = 1400, height: int = 1100, eager: bool = False):
+def _driver(width: int = 1400, height: int = 1100, eager: bool = False, extra: tuple[str, ...] = ()):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -112,7 +111,7 @@ def _driver(width: int = 1400, height: int = 1100, eager: bool = False):
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--disable-dev-shm-usage", f"--window-size={width},{height}",
-                f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}"):
+                f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}", *extra):
         opts.add_argument(arg)
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
 
@@ -193,52 +192,89 @@ def test_shared_url_sets_widgets(server, driver):
     assert "truncation=bottom" in driver.current_url and "class_idx=7" in driver.current_url
 
 
-@pytest.mark.skipif(os.environ.get("EXPLORER_LOAD_TEST") != "1",
-                    reason="load test: run by hand with EXPLORER_LOAD_TEST=1 (too heavy for CI on 2 cores)")
+# Installed in every tab before its document loads: records, relative to the tab's navigation start,
+# when the first plot and the claims panel appear and the first error element, if any.
+_OBSERVER_JS = """
+window.__explorer = {plot: null, claims: null, error: null};
+const __obs = new MutationObserver(() => {
+  const s = window.__explorer;
+  if (s.plot === null && document.querySelector(__PLOT_CSS__)) s.plot = performance.now() / 1000;
+  if (s.claims === null) {
+    for (const h of document.querySelectorAll('h1, h2, h3')) {
+      if (h.textContent.includes('Claims, measured')) { s.claims = performance.now() / 1000; break; }
+    }
+  }
+  const e = document.querySelector("[data-testid='stException']");
+  if (e && s.error === null) s.error = e.textContent.slice(0, 500);
+});
+__obs.observe(document, {childList: true, subtree: true});
+""".replace("__PLOT_CSS__", repr(PLOT_CSS))
+
+LOAD_SESSIONS = int(os.environ.get("EXPLORER_LOAD_SESSIONS", "20"))
+LOAD_MEMORY_MIB = float(os.environ.get("EXPLORER_LOAD_MEMORY_MIB", "4096"))
+
+
 def test_load_twenty_concurrent_sessions(server):
-    """20 browser sessions at once across pages: no errors; report p50/p95 time to first plot."""
+    """20 browser sessions at once, on 20 different pages: no errors, bounded server memory, and the
+    p50/p95 time from navigation to the first plot (claims panel included) printed.
+
+    One headless chromium holds the 20 sessions as 20 tabs (each tab is its own Streamlit session
+    with its own websocket); 20 separate browser processes do not fit on 2 cores. The tabs are opened
+    back to back without waiting, so all 20 scripts run on the server at the same time. Run after the
+    per-page tests in this module, the default views are in the shared result cache, as they are on a
+    hosted app that has been up for a while; run alone (``-k load``) every page computes cold.
+    """
+    from selenium.common.exceptions import WebDriverException
+
     base, proc = server
     pages = built_papers()
-    targets = [f"{base}/{pages[i % len(pages)].url_path}" for i in range(20)]
-    times: list[float] = []
-    errors: list[str] = []
-    peak = [0.0]
-    lock = threading.Lock()
+    targets = [pages[i % len(pages)] for i in range(LOAD_SESSIONS)]
+    d = _driver(1000, 800, eager=True, extra=("--disable-background-timer-throttling",
+                                              "--disable-renderer-backgrounding",
+                                              "--disable-backgrounding-occluded-windows"))
+    peak = [_rss_mib(proc.pid)]
     stop = threading.Event()
 
     def watch_memory():
         while not stop.is_set():
             peak[0] = max(peak[0], _rss_mib(proc.pid))
-            time.sleep(0.5)
-
-    def session(i: int, url: str):
-        d = None
-        try:
-            time.sleep(0.25 * i)  # browsers start a little apart; all 20 sessions are open together
-            d = _driver(1000, 800, eager=True)
-            t0 = time.perf_counter()
-            d.get(url)
-            _wait_rendered(d, PAGE_TIMEOUT * 3)
-            with lock:
-                times.append(time.perf_counter() - t0)
-        except Exception as e:  # collected and asserted below
-            with lock:
-                errors.append(f"{url}: {type(e).__name__}: {str(e)[:300]}")
-        finally:
-            if d is not None:
-                d.quit()
+            time.sleep(0.25)
 
     watcher = threading.Thread(target=watch_memory, daemon=True)
     watcher.start()
-    threads = [threading.Thread(target=session, args=(i, u)) for i, u in enumerate(targets)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    stop.set()
-    watcher.join()
+    handles = {}
+    try:
+        for i, paper in enumerate(targets):
+            if i:
+                d.switch_to.new_window("tab")
+            d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": _OBSERVER_JS})
+            d.get(f"{base}/{paper.url_path}")
+            handles[d.current_window_handle] = paper.slug
+        state: dict[str, dict] = {}
+        deadline = time.perf_counter() + PAGE_TIMEOUT * 3
+        while time.perf_counter() < deadline and len(state) < len(handles):
+            for h in handles:
+                if h in state:
+                    continue
+                try:
+                    d.switch_to.window(h)
+                    s = d.execute_script("return window.__explorer || null")
+                except WebDriverException:
+                    continue
+                if s and (s["error"] is not None or (s["plot"] is not None and s["claims"] is not None)):
+                    state[h] = s
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        watcher.join()
+        d.quit()
+    missing = [slug for h, slug in handles.items() if h not in state]
+    errors = [f"{handles[h]}: {s['error']}" for h, s in state.items() if s["error"] is not None]
+    assert not missing, f"no claims panel + plot within {PAGE_TIMEOUT * 3:.0f} s: {missing}"
     assert not errors, errors
+    times = sorted(max(s["plot"], s["claims"]) for s in state.values())
     q = statistics.quantiles(times, n=20)
-    print(f"\nload: {len(times)} sessions, time to first plot p50 {statistics.median(times):.1f} s, "
-          f"p95 {q[18]:.1f} s; server peak RSS {peak[0]:.0f} MiB")
-    assert peak[0] < 6 * 1024, f"server memory {peak[0]:.0f} MiB"
+    print(f"\nload: {len(times)} concurrent sessions on {len(set(handles.values()))} pages; time to first "
+          f"plot p50 {statistics.median(times):.1f} s, p95 {q[18]:.1f} s, max {times[-1]:.1f} s; "
+          f"server peak RSS {peak[0]:.0f} MiB (bound {LOAD_MEMORY_MIB:.0f})")
+    assert peak[0] < LOAD_MEMORY_MIB, f"server memory {peak[0]:.0f} MiB"

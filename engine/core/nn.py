@@ -34,14 +34,16 @@ def mlp(sizes: Iterable[int], act: type[nn.Module] = nn.ReLU, layernorm: bool = 
     return nn.Sequential(*layers)
 
 
-def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0):
+def make_optimizer(params, name: str = "adam", lr: float = 1e-3, weight_decay: float = 0.0, **kw):
+    # foreach: one fused call per step for all parameters instead of a Python loop over them; on CPU
+    # torch defaults to the loop, which dominates the step time of our small models (same numbers)
     name = name.lower()
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, foreach=True, **kw)
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True, **kw)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, foreach=True, **kw)
     raise ValueError(f"unknown optimizer {name!r}")
 
 

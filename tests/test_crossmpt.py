@@ -1,0 +1,155 @@
+"""CrossMPT: checkpoints, claims at the default config, and independent checks of codes and baselines."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import engine.crossmpt as eng
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_checkpoints_load_and_are_small():
+    for name in eng.CODES:
+        path = eng.checkpoint_path(name)
+        assert path.exists() and path.stat().st_size < 2 * 1024 * 1024
+        model, info = eng.load_model(name)
+        assert info["train_seed"] != 0 and int(info["steps"]) > 0
+
+
+# Not asserted: the forward-time ratio is a wall-time measurement (the team does not assert wall time in
+# tests; the attention-score count next to it is deterministic and is asserted), and the two BCH(31,16)
+# claims, which our CPU-trained checkpoint does not reproduce (the page says so; see test below).
+NOT_ASSERTED = ("forward time", "BER CrossMPT / BER BP(10)", "BER CrossMPT / BER BDD")
+
+
+def test_claims_pass_at_default(default_result):
+    claims = eng.claims(default_result)
+    asserted = [c for c in claims if not c.label.startswith(NOT_ASSERTED)]
+    assert len(asserted) == len(claims) - 3
+    for c in asserted:
+        assert c.passed, c.describe()
+
+
+def test_bch_claims_are_honest_measurements(default_result):
+    m = default_result.metrics
+    for key in ("bch_ratio_bp", "bch_ratio_bdd", "time_ratio"):
+        assert np.isfinite(m[key]) and m[key] > 0
+    # the BCH numbers come from the same shared-noise evaluation as the curves: BP must beat raw hard decision
+    ber = default_result.bch_claim["ber"]
+    assert ber["BP (10 it.)"] < ber["raw hard decision"]
+
+
+def test_bch_code_is_the_31_16_7_code():
+    code = eng.get_code("bch")
+    assert code.H.shape == (15, 31) and code.G.shape == (16, 31)
+    assert not ((code.G @ code.H.T) % 2).any()
+    assert np.linalg.matrix_rank(code.H.astype(float)) == 15
+    cw = eng.all_codewords(code)
+    assert len(np.unique(cw, axis=0)) == 2**16
+    assert cw[1:].sum(axis=1).min() == 7
+
+
+def test_bch_codewords_vanish_at_alpha_to_1_through_6():
+    """BCH bound: each codeword polynomial has α, α², …, α⁶ as roots in GF(32) (x⁵ + x² + 1)."""
+    exp, log = eng._gf32_tables()
+    rng = np.random.default_rng(0)
+    cw = eng.all_codewords(eng.get_code("bch"))[rng.choice(2**16, 50, replace=False)]
+    for word in cw:
+        for i in range(1, 7):
+            acc = 0
+            for pos in np.flatnonzero(word):
+                acc ^= exp[(i * pos) % 31]
+            assert acc == 0
+
+
+def test_hamming_code():
+    code = eng.get_code("hamming")
+    cw = eng.all_codewords(code)
+    assert len(np.unique(cw, axis=0)) == 16 and cw[1:].sum(axis=1).min() == 3
+    assert not ((code.G @ code.H.T) % 2).any()
+
+
+def test_algebraic_decoders_correct_up_to_t():
+    for name, t in (("hamming", 1), ("bch", 3)):
+        code = eng.get_code(name)
+        rng = np.random.default_rng(1)
+        c = eng.all_codewords(code)[rng.integers(0, 2**code.k, 200)]
+        e = np.zeros_like(c)
+        for row in e:
+            row[rng.choice(code.n, rng.integers(0, t + 1), replace=False)] = 1
+        y = (1 - 2 * (c ^ e)).astype(float)      # noiseless values of the corrupted word
+        assert np.array_equal(eng.decode_algebraic(code, y), c)
+
+
+def _brute_force_map(code, y, sigma):
+    """Bitwise posterior from explicit Gaussian densities over every codeword (a few samples)."""
+    cw = eng.all_codewords(code)
+    out = np.empty_like(y)
+    for b in range(len(y)):
+        dens = np.array([np.prod(np.exp(-(y[b] - (1 - 2 * w)) ** 2 / (2 * sigma**2))) for w in cw])
+        for i in range(code.n):
+            out[b, i] = math.log(dens[cw[:, i] == 0].sum() / dens[cw[:, i] == 1].sum())
+    return out
+
+
+def test_bitwise_map_matches_brute_force():
+    code = eng.get_code("hamming")
+    c, y, sigma = eng.transmit(code, 30, 3.0, np.random.default_rng(2))
+    np.testing.assert_allclose(eng.bitwise_map(code, y, sigma), _brute_force_map(code, y, sigma), atol=1e-8)
+
+
+def test_bp_is_exact_on_a_tree():
+    """A single parity check is a tree: BP equals bitwise MAP after one iteration."""
+    H = np.ones((1, 4), dtype=np.int64)
+    code = eng.Code("spc", H, eng.nullspace_gf2(H))
+    c, y, sigma = eng.transmit(code, 400, 1.0, np.random.default_rng(3))
+    bp = eng.decode_bp(code, y, sigma, 1)
+    mp = (eng.bitwise_map(code, y, sigma) < 0).astype(int)
+    assert np.array_equal(bp, mp)
+
+
+def test_inputs_are_codeword_invariant():
+    for name in eng.CODES:
+        code = eng.get_code(name)
+        rng = np.random.default_rng(4)
+        c = eng.all_codewords(code)[rng.integers(0, 2**code.k, 100)]
+        z = rng.standard_normal(c.shape) * 0.7
+        mag1, syn1 = eng.model_inputs(code, (1 - 2 * c) + z)
+        mag0, syn0 = eng.model_inputs(code, 1 + z * (1 - 2 * c))
+        np.testing.assert_allclose(mag1, mag0, atol=1e-12)
+        np.testing.assert_array_equal(syn1, syn0)
+
+
+def test_masks_follow_the_parity_check_matrix():
+    code = eng.get_code("bch")
+    model = eng.make_model(code, d=16, layers=2, heads=2)
+    assert np.array_equal(~model.block_vc.numpy(), code.H.T.astype(bool))
+    assert np.array_equal(~model.block_cv.numpy(), code.H.astype(bool))
+    # attention from a bit lands only on the checks it participates in
+    mag, syn = eng.model_inputs(code, np.random.default_rng(5).standard_normal((3, 31)) + 1)
+    _, maps = model(torch.tensor(mag, dtype=torch.float32), torch.tensor(syn, dtype=torch.float32),
+                    keep_attention=True)
+    w_vc = maps[0][0].detach().numpy()
+    assert np.abs(w_vc[:, ~code.H.T.astype(bool)]).max() < 1e-12
+
+
+def test_untrained_model_fails_the_hamming_claim():
+    code = eng.get_code("hamming")
+    torch.manual_seed(0)
+    model = eng.make_model(code, d=32, layers=2, heads=4).eval()
+    c, y, sigma = eng.transmit(code, 4000, 4.0, np.random.default_rng(6))
+    ber_untrained = (eng.decode_model(model, code, y) != c).mean()
+    ber_alg = (eng.decode_algebraic(code, y) != c).mean()
+    assert ber_untrained > 0.6 * ber_alg
+
+
+def test_attention_count_formula():
+    cost = eng.cost_benchmark(n=40, m=20, d=16, layers=1, heads=2, batch=3, repeats=1)
+    assert cost["attn_cross"] == 3 * 2 * 2 * 40 * 20
+    assert cost["attn_full"] == 3 * 2 * 60 * 60
