@@ -99,15 +99,32 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
             st.session_state[key] = value
         st.session_state[init_flag] = True
 
+    # Check the combination BEFORE any widget exists in this run: widget state can only be changed then.
+    staged = {name: (_coerce(spec, st.session_state[widget_key(slug, name)], base[name])
+                     if widget_key(slug, name) in st.session_state else base[name])
+              for name, spec in specs.items()}
+    last_key = f"{slug}::last_valid"
+    conflict = None
+    try:
+        config_cls(**staged)
+    except (ValueError, TypeError) as e:
+        restore = st.session_state.get(last_key) if not first else None
+        if first:
+            notices.append(f"these settings do not fit together ({e}); using the defaults")
+        else:
+            conflict = (f"These settings do not fit together: {e}. The last settings that worked were "
+                        "restored; change another setting first to reach this combination.")
+        staged = dict(restore) if restore else dict(base)
+    for name in specs:
+        st.session_state[widget_key(slug, name)] = staged[name]
+
     container.subheader(title)
+    if conflict:
+        container.warning(conflict, icon=":material/tune:")
     groups: dict[str, Any] = {}
     values: dict[str, Any] = {}
     for name, spec in specs.items():
         key = widget_key(slug, name)
-        if key not in st.session_state:  # widget state was dropped (page switch): restore default
-            st.session_state[key] = base[name]
-        else:
-            st.session_state[key] = _coerce(spec, st.session_state[key], base[name])
         target = container
         if spec.group:
             if spec.group not in groups:
@@ -117,11 +134,10 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
 
     try:
         cfg = config_cls(**values)
-    except (ValueError, TypeError) as e:
-        notices.append(f"these settings do not fit together ({e}); using the defaults")
-        cfg = config_cls()
-        for name in specs:
-            st.session_state[widget_key(slug, name)] = getattr(cfg, name)
+    except (ValueError, TypeError) as e:  # cannot happen after the check above; stop cleanly if it does
+        st.warning(f"These settings do not fit together: {e}. Change one of them to run the page.")
+        st.stop()
+    st.session_state[last_key] = {name: getattr(cfg, name) for name in specs}
 
     params = {name: specs[name].to_str(getattr(cfg, name)) for name in specs}
     for k in VIEW_PARAMS.get(slug, ()):          # view-only widgets keep their own URL entries

@@ -243,6 +243,163 @@ def train(method: str, nominal, failure, K: int, steps: int, seed: int, device, 
                                          "train": np.array(train_rec)}
 
 
+def _stack_flows(flow, E: int):
+    """The parameters of E copies of ``flow`` as stacked leaf tensors: per layer [W1, b1, W2, b2, W3, b3] with
+    W of shape (E, in, out) and b of shape (E, 1, out), so that E flows train in one batched pass."""
+    import torch
+
+    P = []
+    for layer in flow.layers:
+        lin = [m for m in layer.net if isinstance(m, torch.nn.Linear)]
+        group = []
+        for m in lin:
+            group.append(m.weight.detach().T.unsqueeze(0).repeat(E, 1, 1).clone().requires_grad_(True))
+            group.append(m.bias.detach()[None, None, :].repeat(E, 1, 1).clone().requires_grad_(True))
+        P.append(group)
+    return P
+
+
+def _stacked_log_prob(P, x, c):
+    """log q(x; c) of E stacked flows: x (E, B, 2), c (E, B, K) -> (E, B). Same maps as Flow.log_prob."""
+    import torch
+
+    logdet = torch.zeros(x.shape[:2], dtype=x.dtype, device=x.device)
+    for i, (W1, b1, W2, b2, W3, b3) in enumerate(P):
+        d = i % 2
+        xd, xo = x[..., d:d + 1], x[..., 1 - d:2 - d]
+        h = torch.tanh(torch.baddbmm(b1, torch.cat([xo, c], -1), W1))
+        h = torch.tanh(torch.baddbmm(b2, h, W2))
+        out = torch.baddbmm(b3, h, W3)
+        sc, t = 2.0 * torch.tanh(out[..., :1]), out[..., 1:]
+        yd = xd * torch.exp(sc) + t
+        x = torch.cat([yd, xo], -1) if d == 0 else torch.cat([xo, yd], -1)
+        logdet = logdet + sc[..., 0]
+    return -0.5 * (x ** 2).sum(-1) - math.log(2 * math.pi) + logdet
+
+
+def _unstack_flow(P, e: int, K: int):
+    import torch
+
+    flow = _build_flow(K)
+    with torch.no_grad():
+        for layer, group in zip(flow.layers, P):
+            lin = [m for m in layer.net if isinstance(m, torch.nn.Linear)]
+            for j, m in enumerate(lin):
+                m.weight.copy_(group[2 * j][e].T)
+                m.bias.copy_(group[2 * j + 1][e, 0])
+    return flow
+
+
+def train_many(methods, nominal, failure, K: int, steps: int, seed: int, device, cal_lr: float = 0.01,
+               held_failure=None, progress=None, subsets=None, track_every: int = 25) -> dict:
+    """Train one flow per method (calnf | plain | failure_only | pooled) in a single batched pass.
+
+    Every method keeps its own loss, its own batch stream and its own gradient clipping, and Adam works
+    element-wise, so this is the same computation as calling :func:`train` once per method (up to float
+    rounding), in about a quarter of the time. Returns {method: (flow, failure label, curves)}.
+    """
+    import torch
+
+    from engine.core.nn import train_loop
+
+    E = len(methods)
+    torch.manual_seed(seed)
+    P = _stack_flows(_build_flow(K), E)
+    params = [t for group in P for t in group]
+    nom = torch.as_tensor(nominal, dtype=torch.float32, device=device)
+    fail = torch.as_tensor(failure, dtype=torch.float32, device=device)
+    held = torch.as_tensor(held_failure, dtype=torch.float32, device=device) if held_failure is not None else None
+    P = [[t.to(device) for t in g] for g in P] if device != "cpu" and str(device) != "cpu" else P
+    zeros = torch.zeros(1, K, device=device)
+    ones = torch.ones(1, K, device=device)
+    nf = len(fail)
+    gens = [torch.Generator().manual_seed(seed + 1) for _ in methods]
+    c_star = torch.full((1, K), 1.0 / K, device=device, requires_grad=True)
+    cal_opt = torch.optim.Adam([c_star], lr=max(cal_lr, 1e-12))
+    e_cal = methods.index("calnf") if "calnf" in methods else None
+    if e_cal is not None:
+        sub_x = torch.cat([fail[torch.as_tensor(sb)] for sb in subsets])
+        sub_c = torch.cat([torch.eye(K, device=device)[j].expand(len(sb), K) for j, sb in enumerate(subsets)])
+        sub_w = torch.cat([torch.full((len(sb),), 1.0 / (K * len(sb)), device=device) for sb in subsets])
+    pooled = torch.cat([nom, fail])
+
+    def calibrate():
+        if cal_lr <= 0:
+            return
+        Pe = [[t[e_cal:e_cal + 1] for t in g] for g in P]
+        lp = _stacked_log_prob(Pe, fail[None], c_star.expand(nf, K)[None]).mean()
+        (g,) = torch.autograd.grad(-lp, [c_star])
+        cal_opt.zero_grad()
+        c_star.grad = g
+        cal_opt.step()
+
+    def label(m):
+        return c_star.detach() if m == "calnf" else (zeros if m in ("failure_only", "pooled") else ones)
+
+    def batch(i, m):
+        if m == "failure_only":
+            return fail, zeros.expand(nf, K), torch.full((nf,), 1.0 / nf, device=device)
+        idx = torch.randint(0, len(pooled) if m == "pooled" else len(nom), (NOMINAL_BATCH,), generator=gens[i])
+        idx = idx.to(device)
+        w_nom = torch.full((NOMINAL_BATCH,), 1.0 / NOMINAL_BATCH, device=device)
+        if m == "pooled":
+            return pooled[idx], zeros.expand(NOMINAL_BATCH, K), w_nom
+        w_fail = torch.full((nf,), 1.0 / nf, device=device)
+        if m == "calnf":
+            return (torch.cat([nom[idx], sub_x, fail]),
+                    torch.cat([zeros.expand(NOMINAL_BATCH, K), sub_c, c_star.detach().expand(nf, K)]),
+                    torch.cat([w_nom, sub_w, w_fail]))
+        if m == "plain":
+            return (torch.cat([nom[idx], fail]), torch.cat([zeros.expand(NOMINAL_BATCH, K), ones.expand(nf, K)]),
+                    torch.cat([w_nom, w_fail]))
+        raise ValueError(f"train_many does not handle {m!r}")
+
+    def loss_fn(step):
+        if e_cal is not None:
+            calibrate()
+        parts = [batch(i, m) for i, m in enumerate(methods)]
+        B = max(len(x) for x, _, _ in parts)
+        X = torch.zeros(E, B, 2, device=device)
+        C = torch.zeros(E, B, K, device=device)
+        Wt = torch.zeros(E, B, device=device)  # padding rows carry weight 0
+        for i, (x, c, w) in enumerate(parts):
+            X[i, :len(x)], C[i, :len(x)], Wt[i, :len(x)] = x, c, w
+        return -(_stacked_log_prob(P, X, C) * Wt).sum()
+
+    def clip_each():  # clip_grad_norm_(·, 100) of each flow on its own
+        sq = sum((t.grad ** 2).flatten(1).sum(1) for t in params)
+        scale = (100.0 / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+        for t in params:
+            t.grad.mul_(scale.view(-1, *([1] * (t.dim() - 1))))
+
+    steps_rec, held_rec, train_rec = [], [[] for _ in methods], [[] for _ in methods]
+
+    def on_step(step, _value):
+        if held is not None and (step % track_every == 0 or step == steps - 1):
+            with torch.no_grad():
+                labs = [label(m) for m in methods]
+                Ch = torch.cat([lab.expand(len(held), K)[None] for lab in labs])
+                Cf = torch.cat([lab.expand(nf, K)[None] for lab in labs])
+                lh = _stacked_log_prob(P, held[None].expand(E, -1, -1), Ch).clamp_min(CLIP_LL).mean(1)
+                lf = _stacked_log_prob(P, fail[None].expand(E, -1, -1), Cf).mean(1)
+            for i in range(E):
+                held_rec[i].append(float(lh[i]))
+                train_rec[i].append(float(lf[i]))
+            steps_rec.append(step + 1)
+
+    train_loop(params, loss_fn, steps, lr=FLOW_LR, progress=progress, message="+".join(methods),
+               on_step=on_step, report_every=20, cosine=COSINE, before_step=clip_each)
+    if e_cal is not None:
+        for _ in range(50):
+            calibrate()
+    out = {}
+    for i, m in enumerate(methods):
+        flow = _unstack_flow(P, i, K).to(device)
+        out[m] = (flow, label(m).detach(), {"steps": np.array(steps_rec), "held": np.array(held_rec[i]),
+                                            "train": np.array(train_rec[i])})
+    return out
+
+
 def energy_distance(a: np.ndarray, b: np.ndarray) -> float:
     from scipy.spatial.distance import cdist
 
@@ -283,10 +440,12 @@ def run(config: Config, progress=None) -> Result:
         return s
 
     flows, labels, curves = {}, {}, {}
+    span_all = span.sub(0, len(methods) / total, prefix="four flows at once: ")
+    done[0] = len(methods)
+    trained = train_many(methods, nominal, failure, K, config.steps, config.seed, device, cal_lr=config.cal_lr,
+                         held_failure=held_f, progress=span_all, subsets=subsets)
     for m in methods:
-        flows[m], labels[m], curves[m] = train(m, nominal, failure, K, config.steps, config.seed, device,
-                                               cal_lr=config.cal_lr, held_failure=held_f, progress=sp(m),
-                                               subsets=subsets)
+        flows[m], labels[m], curves[m] = trained[m]
 
     def ll(flow, x, c, clip=False):
         with torch.no_grad():

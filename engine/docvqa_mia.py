@@ -41,8 +41,9 @@ class Config:
     max_steps: int = param(200, Int(20, 300, "Max attack steps", step=20))
     features: str = param("both", Choice(("both", "distance", "steps"), "Features", widget="radio"))
     aggregate: str = param("mean", Choice(("mean", "median", "max"), "Aggregation over questions", widget="radio"))
-    weight_decay: float = param(0.0, Choice((0.0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2), "Defence: weight decay",
-                                            widget="select_slider", help="AdamW weight decay on the target"))
+    weight_decay: float = param(0.0, Choice((0.0, 1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0), "Defence: weight decay",
+                                            widget="select_slider", help="AdamW weight decay on the target "
+                                            "(decoupled: each step shrinks the weights by lr·wd, lr = 0.01)"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
@@ -61,6 +62,7 @@ class Result:
     epoch_values: np.ndarray
     auc_vs_epochs: np.ndarray
     train_acc: dict[str, float]
+    doc_loss: np.ndarray = field(default_factory=lambda: np.zeros(0))   # [docs] target's mean answer loss
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -253,6 +255,16 @@ def roc_points(labels: np.ndarray, score: np.ndarray):
     return fpr, tpr, auc, tpr1
 
 
+def loss_threshold_attack(pair_loss: np.ndarray, n_docs: int, q: int, threshold: float | None = None):
+    """The standard loss-threshold attack (Yeom et al., 2018) at document level: a document whose mean answer
+    loss over its questions is below a threshold is called a member. Like DocMIA it needs the documents'
+    answers and no auxiliary data to *rank* documents (score = −mean loss, used for the ROC); to *decide*, it
+    needs a threshold — Yeom et al. use the mean training loss, which the attacker here would not know.
+    Returns (score per document, decisions at ``threshold`` or None)."""
+    doc_loss = pair_loss.reshape(n_docs, q).mean(axis=1)
+    return -doc_loss, (doc_loss < threshold if threshold is not None else None)
+
+
 # ----------------------------------------------------------------------------- experiment
 def _attack(model, pairs, q, cfg: Config, device):
     d, f, y, o, e = pairs
@@ -297,9 +309,13 @@ def run(config: Config, progress=None) -> Result:
 
     add("white-box DocMIA", score_white)
     add("single question (−Δ₁)", -dist.reshape(n, q)[:, 0])
-    add("document-averaged loss (needs a threshold)", -pair_loss.reshape(n, q).mean(1))
+    # loss-threshold baseline; its decisions get the mean training loss as threshold (an advantage: it is
+    # information about the training set that the no-auxiliary-data attacker does not have)
+    train_loss = float(pair_loss[np.repeat(member, q)].mean())
+    loss_score, loss_pred = loss_threshold_attack(pair_loss, n, q, train_loss)
+    add("loss threshold (document mean)", loss_score)
     loss_desc = np.log(pair_loss.reshape(n, q).mean(1) + 1e-6)[:, None]
-    _, loss_cluster_score = cluster_decide(np.hstack([loss_desc, loss_desc]), np.exp(loss_desc[:, 0]),
+    loss_cluster_pred, loss_cluster_score = cluster_decide(np.hstack([loss_desc, loss_desc]), np.exp(loss_desc[:, 0]),
                                            "distance", config.seed)
     add("2-means on the loss alone", loss_cluster_score)
     acc_white = float(np.mean(pred == member))
@@ -343,21 +359,125 @@ def run(config: Config, progress=None) -> Result:
                  "non-members": float(np.mean(target_answer[~pm] == y_true[~pm]))}
     metrics = {
         "auc_white": auc["white-box DocMIA"], "auc_single": auc["single question (−Δ₁)"],
-        "auc_loss": auc["document-averaged loss (needs a threshold)"], "auc_black": auc["black-box DocMIA (proxy)"],
+        "auc_loss": auc["loss threshold (document mean)"], "auc_black": auc["black-box DocMIA (proxy)"],
+        "acc_loss": float(np.mean(loss_pred == member)),
+        "acc_loss_cluster": float(np.mean(loss_cluster_pred == member)),
         "auc_loss_cluster": auc["2-means on the loss alone"],
         "acc_white": acc_white, "acc_black": acc_black,
         "tpr1_white": tpr1["white-box DocMIA"], "tpr1_black": tpr1["black-box DocMIA (proxy)"],
-        "tpr1_loss": tpr1["document-averaged loss (needs a threshold)"],
+        "tpr1_loss": tpr1["loss threshold (document mean)"],
         "auc_epoch_first": float(auc_ep[0]), "epoch_first": float(epoch_values[0]),
         "answer_acc_members": train_acc["members"], "answer_acc_nonmembers": train_acc["non-members"],
     }
     metrics["aggregation_gain"] = metrics["auc_white"] - metrics["auc_single"]
+    metrics["white_minus_loss"] = metrics["auc_white"] - metrics["auc_loss"]
+    metrics["black_minus_loss"] = metrics["auc_black"] - metrics["auc_loss"]
     report(progress, 1.0, "done")
     pq = dist.reshape(n, q)
     return Result(membership=member, desc_white=desc, pred_white=pred, roc=roc, auc=auc, tpr_at_1fpr=tpr1,
                   delta_pairs_member=pq[member].ravel(), delta_pairs_nonmember=pq[~member].ravel(),
                   q_values=q_values, auc_vs_q=np.array(auc_q), epoch_values=np.array(epoch_values),
-                  auc_vs_epochs=np.array(auc_ep), train_acc=train_acc, metrics=metrics)
+                  auc_vs_epochs=np.array(auc_ep), train_acc=train_acc, doc_loss=-loss_score, metrics=metrics)
+
+
+# ----------------------------------------------------------------------------- defence sweeps
+SIZE_MULTIPLIERS = (0, 1, 3, 7, 15)          # extra training documents, in units of the candidate members
+WD_SWEEP = (0.0, 0.01, 0.1, 0.3, 1.0, 3.0)
+SWEEP_PAIR_EPOCHS = 320_000                  # cap on (training pairs × epochs) per sweep point (≈ 2 s)
+
+
+@dataclass
+class SweepResult:
+    train_docs: np.ndarray                   # training-set size (documents) per point
+    auc_size: dict[str, np.ndarray]          # attack -> AUC per training-set size
+    wd_values: np.ndarray
+    auc_wd: dict[str, np.ndarray]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _attack_once(cfg: Config, docs, n_extra: int, weight_decay: float, device, progress=None):
+    """Train a target on the candidate members plus ``n_extra`` further training documents (not candidates)
+    and return the white-box, black-box and loss-threshold AUCs on the same candidate set."""
+    values, ocr, emb, fields, member, extra = docs
+    n, q = cfg.n_docs, cfg.questions
+    all_pairs = _pairs(np.arange(n), fields, values, ocr, emb)
+    tr = _pairs(np.nonzero(member)[0], fields, values, ocr, emb)
+    if n_extra:
+        xv, xo, xe, xf = (a[:n_extra] for a in extra)
+        tr = tuple(np.concatenate([a, b]) for a, b in zip(tr, _pairs(np.arange(n_extra), xf, xv, xo, xe)))
+    init_seed = 1000 + cfg.seed
+    target = _model(init_seed)
+    train_model(target, tr[4], tr[1], tr[3], tr[2], cfg.epochs, weight_decay, cfg.seed, device,
+                ProgressSpan(progress, 0.0, 0.6), message="target")
+    steps, dist, pair_loss, answer = _attack(target, all_pairs, q, cfg, device)
+    desc, dbar = descriptors(steps, dist, n, q, cfg.max_steps, cfg.aggregate)
+    out = {"white-box DocMIA": roc_points(member, cluster_decide(desc, dbar, cfg.features, cfg.seed)[1])[2],
+           "loss threshold": roc_points(member, loss_threshold_attack(pair_loss, n, q)[0])[2]}
+    d_all, f_all, _, o_all, e_all = all_pairs
+    proxy = _model(init_seed)
+    train_model(proxy, e_all, f_all, o_all, answer, cfg.epochs, 0.0, cfg.seed + 1, device,
+                ProgressSpan(progress, 0.6, 0.95), message="proxy")
+    ps, pd_, _, _ = _attack(proxy, all_pairs, q, cfg, device)
+    pdesc, pdbar = descriptors(ps, pd_, n, q, cfg.max_steps, cfg.aggregate)
+    out["black-box DocMIA (proxy)"] = roc_points(member, cluster_decide(pdesc, pdbar, cfg.features, cfg.seed)[1])[2]
+    return out
+
+
+def sweep(config: Config, progress=None) -> SweepResult:
+    """AUC of all three attacks as the target's training set grows (extra non-candidate training documents,
+    same candidates) and as its weight decay rises (at the configured weight decay / training set)."""
+    from engine.core import get_device
+    from engine.core.nn import set_cpu_threads
+
+    set_cpu_threads(1)
+    rng = seed_everything(config.seed, torch_too=True)
+    device = get_device()
+    n, q = config.n_docs, config.questions
+    docs = make_documents(rng, n, config.p_read, q)
+    n_mem = int(docs[4].sum())
+    mults = [m for m in SIZE_MULTIPLIERS
+             if m <= 1 or (m + 1) * n_mem * q * max(config.epochs, 1) <= SWEEP_PAIR_EPOCHS]
+    xv, xo, xe, xf, _ = make_documents(rng, max(mults) * n_mem or 1, config.p_read, q)
+    docs = (*docs, (xv, xo, xe, xf))
+    points = [("size", m * n_mem, config.weight_decay) for m in mults] + [("wd", 0, w) for w in WD_SWEEP]
+    res = {"size": [], "wd": []}
+    for i, (kind, n_extra, wd) in enumerate(points):
+        span = ProgressSpan(progress, i / len(points), (i + 1) / len(points))
+        res[kind].append(_attack_once(config, docs, n_extra, wd, device, span))
+        report(progress, (i + 1) / len(points), f"sweep point {i + 1}/{len(points)}")
+    names = list(res["size"][0])
+    auc_size = {k: np.array([r[k] for r in res["size"]]) for k in names}
+    auc_wd = {k: np.array([r[k] for r in res["wd"]]) for k in names}
+    w = auc_size["white-box DocMIA"]
+    metrics = {"auc_white_smallest_train": float(w[0]), "auc_white_largest_train": float(w[-1]),
+               "size_drop_white": float(w[0] - w[-1]),
+               "size_drop_black": float(auc_size["black-box DocMIA (proxy)"][0] - auc_size["black-box DocMIA (proxy)"][-1]),
+               "size_drop_loss": float(auc_size["loss threshold"][0] - auc_size["loss threshold"][-1]),
+               "largest_train_docs": float(n_mem * (1 + mults[-1])),
+               "wd_drop_white": float(auc_wd["white-box DocMIA"][0] - auc_wd["white-box DocMIA"][-1]),
+               "wd_drop_black": float(auc_wd["black-box DocMIA (proxy)"][0] - auc_wd["black-box DocMIA (proxy)"][-1]),
+               "wd_drop_loss": float(auc_wd["loss threshold"][0] - auc_wd["loss threshold"][-1]),
+               "auc_white_largest_wd": float(auc_wd["white-box DocMIA"][-1])}
+    report(progress, 1.0, "sweeps done")
+    return SweepResult(train_docs=np.array([n_mem * (1 + m) for m in mults]), auc_size=auc_size,
+                       wd_values=np.array(WD_SWEEP), auc_wd=auc_wd, metrics=metrics)
+
+
+def sweep_claims(sr: SweepResult) -> list[Claim]:
+    m = sr.metrics
+    return [
+        Claim("AUC falls toward 0.5 as the target's training set grows (less memorisation per document)",
+              measured=m["auc_white_largest_train"], op="<=", threshold=0.65,
+              label=f"white-box AUC with {int(m['largest_train_docs'])} training documents",
+              detail=f"from {m['auc_white_smallest_train']:.3f} with {int(sr.train_docs[0])}; drop: black-box "
+                     f"{m['size_drop_black']:.3f}, loss threshold {m['size_drop_loss']:.3f}"),
+        Claim("…a large drop, not a wobble", measured=m["size_drop_white"], op=">=", threshold=0.2,
+              label="white-box AUC drop, smallest → largest training set"),
+        Claim("Regularisation (weight decay) weakens the attack", measured=m["wd_drop_white"], op=">=",
+              threshold=0.15, label=f"white-box AUC drop, weight decay 0 → {sr.wd_values[-1]:g}",
+              detail=f"white-box {sr.auc_wd['white-box DocMIA'][0]:.3f} → {m['auc_white_largest_wd']:.3f}; "
+                     f"black-box drop {m['wd_drop_black']:.3f}; loss threshold drop {m['wd_drop_loss']:.3f}"),
+    ]
 
 
 def claims(result: Result) -> list[Claim]:
@@ -377,4 +497,15 @@ def claims(result: Result) -> list[Claim]:
               detail=f"TPR at 1% FPR {m['tpr1_black']:.2f}"),
         Claim("…with label-free decisions too", measured=m["acc_black"], op=">=", threshold=0.75,
               label="black-box decision accuracy"),
+        Claim("The white-box attack beats the loss-threshold baseline", measured=m["white_minus_loss"], op=">",
+              threshold=0.0, label="AUC white-box − AUC loss threshold",
+              detail=f"loss-threshold AUC {m['auc_loss']:.3f} (TPR at 1% FPR {m['tpr1_loss']:.2f}; accuracy "
+                     f"{m['acc_loss']:.2f} at the mean training loss as threshold)"),
+        Claim("The black-box attack beats the loss-threshold baseline", measured=m["black_minus_loss"], op=">",
+              threshold=0.0, label="AUC black-box − AUC loss threshold"),
+        Claim("Both attacks' label-free decisions are more accurate than the standard loss-threshold rule "
+              "(member if loss < mean training loss)", measured=min(m["acc_white"], m["acc_black"]) - m["acc_loss"],
+              op=">", threshold=0.0, label="min(accuracy white, black) − accuracy loss threshold",
+              detail=f"white {m['acc_white']:.3f}, black {m['acc_black']:.3f}, loss rule {m['acc_loss']:.3f}; "
+                     f"but 2-means on the loss itself (also label-free) reaches {m['acc_loss_cluster']:.3f}"),
     ]

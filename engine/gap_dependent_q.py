@@ -27,7 +27,8 @@ import numpy as np
 from engine.core import Choice, Claim, Float, InputError, Int, param, seed_everything
 from engine.core.progress import report
 
-ALGOS = ("UCB-Hoeffding", "UCB-Advantage")
+ALGOS = ("UCB-Hoeffding", "UCB-Advantage", "Q-EarlySettled-Advantage")
+TAGS = ("hoef", "adv", "qes")
 FAMILIES = ("gap", "deterministic", "random")
 P_FAIL = 0.1
 
@@ -189,7 +190,21 @@ def _run_algo(algo: str, P, R, Vstar1, K, c, iota, N0, rng, progress, span, best
     bestf = best_mask.reshape(-1)
     N = np.zeros(B * H * S * A)
     hoef = algo == "UCB-Hoeffding"
-    if not hoef:
+    qes = algo == "Q-EarlySettled-Advantage"
+    if qes:
+        # Li et al. 2021: optimistic Q^UCB, pessimistic Q^LCB, reference-advantage Q^R, all with eta_n
+        z = lambda: np.zeros(B * H * S * A)  # noqa: E731
+        Qucb, Qr = np.full(B * H * S * A, Hf), np.full(B * H * S * A, Hf)
+        Qlcb = z()
+        mu_ref, sig_ref, mu_adv, sig_adv, BR = z(), z(), z(), z(), z()
+        Vlcb = np.zeros((B, H + 1, S))
+        Vlcbf = Vlcb.reshape(-1)
+        Vref = np.full((B, H + 1, S), Hf)
+        Vref[:, H] = 0.0
+        Vreff = Vref.reshape(-1)
+        settled = np.zeros(B * (H + 1) * S, bool)
+        Qlcb2 = Qlcb.reshape(B * H * S, A)
+    elif not hoef:
         # all-time count, within-stage count and sums of V', V'-Vref', (V'-Vref')^2; all-time Vref', Vref'^2
         n_all, n_st, v_st, mu_st, sig_st, mu_ref, sig_ref = (np.zeros(B * H * S * A) for _ in range(7))
         stage_len = np.full(B * H * S * A, Hf)
@@ -233,7 +248,35 @@ def _run_algo(algo: str, P, R, Vstar1, K, c, iota, N0, rng, progress, span, best
             if track:
                 np.add.at(sub_visits, h * S + s[first], ~bestf[ix[first]])
                 np.add.at(all_visits, h * S + s[first], 1.0)
-            if hoef:
+            if qes:
+                n = N[ix] + 1.0
+                N[ix] = n
+                eta = (Hf + 1.0) / (Hf + n)
+                vl, vr = Vlcbf[vix], Vreff[vix]
+                bu = c * np.sqrt(Hf**3 * iota / n)
+                Qucb[ix] = (1 - eta) * Qucb[ix] + eta * (r + vn + bu)
+                Qlcb[ix] = (1 - eta) * Qlcb[ix] + eta * (r + vl - bu)
+                mu_ref[ix] = (1 - 1 / n) * mu_ref[ix] + vr / n
+                sig_ref[ix] = (1 - 1 / n) * sig_ref[ix] + vr * vr / n
+                d = vn - vr
+                mu_adv[ix] = (1 - eta) * mu_adv[ix] + eta * d
+                sig_adv[ix] = (1 - eta) * sig_adv[ix] + eta * d * d
+                b_next = c * np.sqrt(iota / n) * (np.sqrt(np.clip(sig_ref[ix] - mu_ref[ix] ** 2, 0, None))
+                                                   + np.sqrt(Hf) * np.sqrt(np.clip(sig_adv[ix] - mu_adv[ix] ** 2, 0, None)))
+                delta = b_next - BR[ix]
+                BR[ix] = b_next
+                bR = b_next + (1 - eta) * delta / eta + c * Hf * Hf * iota ** 0.75 / n ** 0.75
+                Qr[ix] = (1 - eta) * Qr[ix] + eta * (r + d + mu_ref[ix] + bR)
+                Qf[ix] = np.minimum(np.minimum(Qr[ix], Qucb[ix]), Qf[ix])
+                vself = v_base[h] - S + s
+                Vf[vself] = Q2[hs].max(-1)
+                Vlcbf[vself] = np.maximum(Qlcb2[hs].max(-1), Vlcbf[vself])
+                # the reference follows V until V - V^LCB <= 1 (scaled by c like every bonus), then freezes once
+                free = ~settled[vself]
+                close = (Vf[vself] - Vlcbf[vself]) <= 1.0
+                Vreff[vself[free]] = Vf[vself[free]]
+                settled[vself[free & close]] = True
+            elif hoef:
                 t = N[ix] + 1.0
                 N[ix] = t
                 al = (Hf + 1.0) / (Hf + t)
@@ -276,6 +319,8 @@ def _run_algo(algo: str, P, R, Vstar1, K, c, iota, N0, rng, progress, span, best
         if k % 500 == 0:
             report(progress, span[0] + (span[1] - span[0]) * (k + 1) / K, f"{algo}: episode {k + 1}/{K}")
     frac = np.where(all_visits > 0, sub_visits / np.maximum(all_visits, 1), np.nan).reshape(H, S)
+    if qes:
+        return regret, switched, frac, Q, V, (Qucb.reshape(B, H, S, A), Qlcb.reshape(B, H, S, A), V, Vlcb)
     return regret, switched, frac, Q, V
 
 
@@ -304,7 +349,7 @@ def run(config: Config, progress=None) -> Result:
     out_reg, out_sw, out_fin, out_sub = [], [], [], []
     for ai, algo in enumerate(ALGOS):
         span = (ai / len(ALGOS), (ai + 1) / len(ALGOS))
-        reg, sw, frac, _, _ = _run_algo(algo, P, R, Vstar1, K, config.bonus, iota, N0, rng, progress, span,
+        reg, sw, frac, *_ = _run_algo(algo, P, R, Vstar1, K, config.bonus, iota, N0, rng, progress, span,
                                        best_mask, config.n_seeds)
         cum = np.cumsum(reg, axis=0)                    # (K, B)
         csw = np.cumsum(sw, axis=0)
@@ -327,8 +372,7 @@ def run(config: Config, progress=None) -> Result:
 
     m: dict[str, float] = {"K": K, "iota": iota, "N0": N0, "S": S, "A": A, "H": H,
                            "family_random": float(config.family == "random")}
-    for ai in range(len(ALGOS)):
-        tag = "hoef" if ai == 0 else "adv"
+    for ai, tag in enumerate(TAGS):
         for gi in range(G):
             rK, r2, r4 = val(regret, ai, gi, K), val(regret, ai, gi, K // 2), val(regret, ai, gi, K // 4)
             r16 = val(regret, ai, gi, K // 16)
@@ -344,9 +388,12 @@ def run(config: Config, progress=None) -> Result:
         small = int(np.argmin(gaps))
         large = 1 - small
         m["small_gap_idx"], m["large_gap_idx"] = small, large
-        for tag in ("hoef", "adv"):
+        for tag in TAGS:
             m[f"gap_ratio_{tag}"] = m[f"late_{tag}_{small}"] / max(m[f"late_{tag}_{large}"], 1e-9)
     m["switch_ratio"] = m["switches_adv_0"] / max(m["switches_hoef_0"], 1e-9)
+    m["switch_ratio_qes"] = m["switches_qes_0"] / max(m["switches_hoef_0"], 1e-9)
+    m["regret_ratio_qes"] = m["regret_qes_0"] / max(m["regret_hoef_0"], 1e-9)
+    m["regret_ratio_adv"] = m["regret_adv_0"] / max(m["regret_hoef_0"], 1e-9)
     table = []
     for gi in range(G):
         sl = slice(gi * config.n_seeds, (gi + 1) * config.n_seeds)
@@ -361,6 +408,8 @@ def run(config: Config, progress=None) -> Result:
             "final regret UCB-Advantage": m[f"regret_adv_{gi}"],
             "switches UCB-Hoeffding": m[f"switches_hoef_{gi}"],
             "switches UCB-Advantage": m[f"switches_adv_{gi}"],
+            "final regret Q-EarlySettled-Advantage": m[f"regret_qes_{gi}"],
+            "switches Q-EarlySettled-Advantage": m[f"switches_qes_{gi}"],
         })
     report(progress, 1.0, "done")
     return Result(gaps=np.array(gaps, float), grid=grid, regret=regret, regret_seeds=np.stack(out_fin),
@@ -373,7 +422,7 @@ def claims(result: Result) -> list[Claim]:
     g0 = result.gaps[0]
     where = f"Δ = {g0:.2f}" if np.isfinite(g0) else "first random draw"
     out = []
-    for tag, name in (("hoef", "UCB-Hoeffding"), ("adv", "UCB-Advantage")):
+    for tag, name in zip(TAGS, ALGOS):
         out.append(Claim(
             f"With a positive gap, {name}'s regret grows like log T, not √T",
             measured=m[f"rho_{tag}_0"], op="<=", threshold=1.2, label=f"doubling ratio ρ ({name})",
@@ -382,7 +431,7 @@ def claims(result: Result) -> list[Claim]:
             fmt=".2f"))
     if not m["family_random"]:
         s, lg = int(m["small_gap_idx"]), int(m["large_gap_idx"])
-        for tag, name in (("hoef", "UCB-Hoeffding"), ("adv", "UCB-Advantage")):
+        for tag, name in zip(TAGS, ALGOS):
             out.append(Claim(
                 f"Smaller gaps cost more regret ({name})",
                 measured=m[f"gap_ratio_{tag}"], op=">=", threshold=1.3, label="late-regret ratio small/large Δ",

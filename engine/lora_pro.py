@@ -47,6 +47,9 @@ class Config:
                                           help="each method gets its best learning rate from this grid"))
     scale: float = param(2.0, Float(0.5, 8.0, "LoRA scale s", step=0.5, help="W = W0 + s·B·A"))
     noise: float = param(0.0, Float(0.0, 0.5, "Label noise σ", step=0.05))
+    model: str = param("linear", Choice(("linear", "mlp"), "Model", widget="radio",
+                                        labels=("one linear layer", "3-layer tanh MLP"),
+                                        help="the MLP gets one LoRA adapter per weight matrix"))
     x_choice: str = param("sylvester", Choice(("sylvester", "zero", "symmetric"), "Choice of X",
                                               help="the free r×r matrix; it cancels in the W update",
                                               group="Advanced"))
@@ -69,6 +72,8 @@ class Result:
     twin_rank: int
     factor_norms: dict[str, float]
     metrics: dict[str, float] = field(default_factory=dict)
+    model: str = "linear"
+    layer_err: dict[str, np.ndarray] = field(default_factory=dict)   # MLP: (steps, layers) e(t) per layer
 
 
 # ----------------------------------------------------------------------------- the algebra
@@ -235,7 +240,36 @@ def train(p: Problem, method: str, lr: float, steps: int, s: float, optimizer: s
     return losses, errs, W, fn
 
 
+def _lr_sweep(train_one, grid, progress, n_jobs: int, prefix: str):
+    """Train every method at every learning rate of ``grid``; keep each method's best (final loss) run.
+
+    ``train_one(method, lr)`` returns (loss curve, ..., state or None when it diverged)."""
+    final_by_lr = {m: np.full(len(grid), np.inf) for m in METHODS}
+    runs: dict[str, list] = {m: [] for m in METHODS}
+    job = 0
+    for m in METHODS:
+        for i, lr in enumerate(grid):
+            out = train_one(m, lr)
+            runs[m].append(out)
+            if out[2] is not None:
+                final_by_lr[m][i] = out[0][-1]
+            job += 1
+            report(progress, job / n_jobs, f"{prefix}{METHOD_LABELS[m]}, lr {lr:g}")
+    best_i = {m: int(np.argmin(final_by_lr[m])) for m in METHODS}
+    best_lr = {m: float(grid[best_i[m]]) for m in METHODS}
+    loss = {m: runs[m][best_i[m]][0] for m in METHODS}
+    return runs, final_by_lr, best_i, best_lr, loss, job
+
+
 def run(config: Config, progress=None) -> Result:
+    if config.model == "mlp":
+        return run_mlp(config, progress)
+    if config.model != "linear":
+        raise InputError(f"unknown model: {config.model!r}")
+    return run_linear(config, progress)
+
+
+def run_linear(config: Config, progress=None) -> Result:
     rng = seed_everything(config.seed)
     r, steps, s = config.rank, config.steps, config.scale
     if config.x_choice not in ("sylvester", "zero", "symmetric"):
@@ -248,19 +282,8 @@ def run(config: Config, progress=None) -> Result:
     n_jobs = len(METHODS) * len(grid) + 2 + 3 * 3
     job = 0
 
-    final_by_lr = {m: np.full(len(grid), np.inf) for m in METHODS}
-    runs: dict[str, list] = {m: [] for m in METHODS}
-    for m in METHODS:
-        for i, lr in enumerate(grid):
-            out = train(p, m, lr, steps, s, config.optimizer, config.x_choice)
-            runs[m].append(out)
-            if out[2] is not None:
-                final_by_lr[m][i] = out[0][-1]
-            job += 1
-            report(progress, job / n_jobs, f"{METHOD_LABELS[m]}, lr {lr:g}")
-    best_i = {m: int(np.argmin(final_by_lr[m])) for m in METHODS}
-    best_lr = {m: float(grid[best_i[m]]) for m in METHODS}
-    loss = {m: runs[m][best_i[m]][0] for m in METHODS}
+    runs, final_by_lr, best_i, best_lr, loss, job = _lr_sweep(
+        lambda m, lr: train(p, m, lr, steps, s, config.optimizer, config.x_choice), grid, progress, n_jobs, "")
     # e(t) of both surrogates along both adapter trajectories (re-run at the winning lr, recording)
     err_on_lora = train(p, "lora", best_lr["lora"], steps, s, config.optimizer, config.x_choice, True)[1]
     err_on_pro = train(p, "lorapro", best_lr["lorapro"], steps, s, config.optimizer, config.x_choice, True)[1]
@@ -310,6 +333,8 @@ def run(config: Config, progress=None) -> Result:
 
 
 def claims(result: Result) -> list[Claim]:
+    if result.model == "mlp":
+        return claims_mlp(result)
     m = result.metrics
     excess_ok = m["max_err_excess"] <= 1e-9
     c1 = Claim("LoRA-Pro's equivalent gradient is the closest one to the full gradient: its error is below "
@@ -338,3 +363,217 @@ def claims(result: Result) -> list[Claim]:
     if not ratio >= 1 - 1e-6:
         c3 = Claim(c3.statement, measured=np.inf, op="<=", threshold=1.05, label=c3.label, detail=c3.detail)
     return [c1, c2, c3]
+
+
+# ----------------------------------------------------------------------------- a small MLP, one adapter per layer
+MLP_SIZES = (32, 48, 48, 16)   # input, hidden, hidden, output; weight l has shape (sizes[l+1], sizes[l])
+MLP_DELTA_SCALE = 3.0
+MLP_LR_FACTOR = {"sgd": 0.5, "adam": 1.0}   # the tanh MLP diverges above lr ≈ 0.6 under SGD
+
+
+@dataclass
+class MLPProblem:
+    W0: list[np.ndarray]
+    Wstar: list[np.ndarray]
+    X: np.ndarray
+    Y: np.ndarray
+    A0: list[np.ndarray]
+
+    def loss_grads(self, Ws: list[np.ndarray]):
+        """Loss ½‖f(X) − Y‖²/N of the tanh MLP and the full gradient of every weight matrix (backprop)."""
+        hs = [self.X]
+        for W in Ws[:-1]:
+            hs.append(np.tanh(hs[-1] @ W.T))
+        out = hs[-1] @ Ws[-1].T
+        res = out - self.Y
+        n = self.X.shape[0]
+        loss = 0.5 * float(np.sum(res**2)) / n
+        grads = [None] * len(Ws)
+        d = res / n
+        for li in range(len(Ws) - 1, -1, -1):
+            grads[li] = d.T @ hs[li]
+            if li:
+                d = (d @ Ws[li]) * (1 - hs[li] ** 2)
+        return loss, grads
+
+
+def make_mlp_problem(rng: np.random.Generator, target_rank: int, cond: float, noise: float, rank: int) -> MLPProblem:
+    W0, Wstar, A0 = [], [], []
+    for n_in, n_out in zip(MLP_SIZES[:-1], MLP_SIZES[1:]):
+        w0 = rng.normal(0.0, 1.0 / np.sqrt(n_in), (n_out, n_in))
+        k = min(target_rank, n_in, n_out)
+        U, _ = np.linalg.qr(rng.normal(size=(n_out, k)))
+        V, _ = np.linalg.qr(rng.normal(size=(n_in, k)))
+        W0.append(w0)
+        Wstar.append(w0 + (U * (MLP_DELTA_SCALE * np.linspace(1.0, 0.3, k))) @ V.T)
+        A0.append(rng.uniform(-1 / np.sqrt(n_in), 1 / np.sqrt(n_in), (rank, n_in)))
+    n_x = MLP_SIZES[0]
+    R, _ = np.linalg.qr(rng.normal(size=(n_x, n_x)))
+    eig = np.logspace(0.0, -np.log10(cond), n_x)
+    X = (rng.normal(size=(N_SAMPLES, n_x)) * np.sqrt(eig)) @ R.T
+    p = MLPProblem(W0, Wstar, X, np.zeros((N_SAMPLES, MLP_SIZES[-1])), A0)
+    hs = X
+    for W in Wstar[:-1]:
+        hs = np.tanh(hs @ W.T)
+    p.Y = hs @ Wstar[-1].T + noise * rng.normal(size=(N_SAMPLES, MLP_SIZES[-1]))
+    return p
+
+
+def mlp_equivalent_gradients(As, Bs, grads, s, x_choice="sylvester"):
+    """Per-layer LoRA and LoRA-Pro equivalent gradients for a list of adapted layers."""
+    lora, pro = [], []
+    for A, B, g in zip(As, Bs, grads):
+        la, lb = lora_grads(A, B, g, s)
+        lora.append(equivalent_gradient(A, B, la, lb, s))
+        pa, pb, _ = lorapro_grads(A, B, g, s, x_choice)
+        pro.append(equivalent_gradient(A, B, pa, pb, s))
+    return lora, pro
+
+
+def _adam(m_, v_, g, t, b1=0.9, b2=0.999, eps=1e-8):
+    m_ *= b1
+    m_ += (1 - b1) * g
+    v_ *= b2
+    v_ += (1 - b2) * g**2
+    return (m_ / (1 - b1 ** (t + 1))) / (np.sqrt(v_ / (1 - b2 ** (t + 1))) + eps)
+
+
+def train_mlp(p: MLPProblem, method: str, lr: float, steps: int, s: float, optimizer: str, x_choice: str,
+              record_err: bool = False):
+    """One fine-tuning run of the MLP; every weight matrix has its own adapter (or is trained fully).
+
+    Returns (loss curve, e(t) dict with 'lora'/'lorapro' totals and '<name>_layers' (steps, L) or None,
+    final weights or None if diverged).
+    """
+    L = len(p.W0)
+    r = p.A0[0].shape[0]
+    As = [a.copy() for a in p.A0]
+    Bs = [np.zeros((w.shape[0], r)) for w in p.W0]
+    Ws = [w.copy() for w in p.W0]
+    losses = np.full(steps + 1, np.nan)
+    errs = None
+    if record_err:
+        errs = {"lora": np.full(steps, np.nan), "lorapro": np.full(steps, np.nan),
+                "lora_layers": np.full((steps, L), np.nan), "lorapro_layers": np.full((steps, L), np.nan)}
+    mW = [np.zeros_like(w) for w in Ws]
+    vW = [np.zeros_like(w) for w in Ws]
+    mA = [np.zeros_like(a) for a in As]
+    vA = [np.zeros_like(a) for a in As]
+    mB = [np.zeros_like(b) for b in Bs]
+    vB = [np.zeros_like(b) for b in Bs]
+    L0 = None
+    for t in range(steps + 1):
+        if method != "full":
+            Ws = [w0 + s * B @ A for w0, A, B in zip(p.W0, As, Bs)]
+        loss, grads = p.loss_grads(Ws)
+        L0 = loss if L0 is None else L0
+        if not np.isfinite(loss) or loss > 1e6 * max(L0, 1e-12):
+            return losses, errs, None
+        losses[t] = loss
+        if t == steps:
+            break
+        if record_err:
+            lo, pr = mlp_equivalent_gradients(As, Bs, grads, s, x_choice)
+            gn2 = sum(float(np.sum(g**2)) for g in grads) + 1e-300
+            for name, eq in (("lora", lo), ("lorapro", pr)):
+                d2 = [float(np.sum((e - g) ** 2)) for e, g in zip(eq, grads)]
+                errs[name][t] = np.sqrt(sum(d2) / gn2)
+                errs[name + "_layers"][t] = [np.sqrt(d / (np.sum(g**2) + 1e-300)) for d, g in zip(d2, grads)]
+        for li, g in enumerate(grads):
+            if method == "full":
+                Ws[li] = Ws[li] - lr * (g if optimizer == "sgd" else _adam(mW[li], vW[li], g, t))
+                continue
+            A, B = As[li], Bs[li]
+            if method == "lora":
+                GA, GB = lora_grads(A, B, g, s)
+                if optimizer == "adam":
+                    GA, GB = _adam(mA[li], vA[li], GA, t), _adam(mB[li], vB[li], GB, t)
+            elif optimizer == "sgd":
+                GA, GB, _ = lorapro_grads(A, B, g, s, x_choice)
+            else:
+                D = _adam(mW[li], vW[li], projection_gradient(A, B, g), t)
+                GA, GB, _ = lorapro_grads(A, B, D, s, x_choice)
+            As[li], Bs[li] = A - lr * GA, B - lr * GB
+    return losses, errs, Ws
+
+
+
+def run_mlp(config: Config, progress=None) -> Result:
+    rng = seed_everything(config.seed)
+    r, steps, s = config.rank, config.steps, config.scale
+    if config.x_choice not in ("sylvester", "zero", "symmetric"):
+        raise InputError(f"unknown choice of X: {config.x_choice!r}")
+    grid = tuple(round(MLP_LR_FACTOR[config.optimizer] * lr, 6) for lr in LR_GRIDS[config.optimizer][config.lr_grid])
+    p = make_mlp_problem(rng, config.target_rank, config.cond, config.noise, r)
+    n_jobs = len(METHODS) * len(grid) + 2
+    job = 0
+    runs, final_by_lr, best_i, best_lr, loss, job = _lr_sweep(
+        lambda m, lr: train_mlp(p, m, lr, steps, s, config.optimizer, config.x_choice), grid, progress, n_jobs,
+        "MLP: ")
+    rec = {}
+    for m in ("lora", "lorapro"):
+        rec[m] = train_mlp(p, m, best_lr[m], steps, s, config.optimizer, config.x_choice, True)[1]
+        job += 1
+        report(progress, job / n_jobs, f"MLP: gradient errors along the {METHOD_LABELS[m]} run")
+    err = {"lora": rec["lora"]["lora"], "lorapro": rec["lorapro"]["lorapro"]}
+    layer_err = {"lora": rec["lora"]["lora_layers"], "lorapro": rec["lorapro"]["lorapro_layers"]}
+    # both surrogates, both trajectories, totals and every layer separately
+    e_l = np.concatenate([rec[m]["lora"] for m in rec] + [rec[m]["lora_layers"].ravel() for m in rec])
+    e_p = np.concatenate([rec[m]["lorapro"] for m in rec] + [rec[m]["lorapro_layers"].ravel() for m in rec])
+    ok = np.isfinite(e_l) & np.isfinite(e_p)
+    tot_l = np.concatenate([rec[m]["lora"] for m in rec])
+    tot_p = np.concatenate([rec[m]["lorapro"] for m in rec])
+    ok_t = np.isfinite(tot_l) & np.isfinite(tot_p)
+
+    sv_target = np.linalg.svd(p.Wstar[0] - p.W0[0], compute_uv=False)[: max(r, config.target_rank) + 2]
+    sv_learned = {}
+    for m in METHODS:
+        W = runs[m][best_i[m]][2]
+        sv_learned[m] = (np.linalg.svd(W[0] - p.W0[0], compute_uv=False)[: len(sv_target)] if W is not None
+                         else np.full(len(sv_target), np.nan))
+    Lf, Ll, Lp = (float(final_by_lr[m][best_i[m]]) for m in METHODS)
+    metrics = {
+        "L_full": Lf, "L_lora": Ll, "L_pro": Lp, "floor": np.nan,
+        "mean_err_lora": float(np.mean(tot_l[ok_t])) if ok_t.any() else np.nan,
+        "mean_err_pro": float(np.mean(tot_p[ok_t])) if ok_t.any() else np.nan,
+        "max_err_excess": float(np.max(e_p[ok] - e_l[ok])) if ok.any() else np.nan,
+        "err_steps_checked": float(ok_t.sum()), "err_values_checked": float(ok.sum()),
+        "n_layers": float(len(p.W0)),
+    }
+    if np.isfinite(Ll) and np.isfinite(Lf) and np.isfinite(Lp) and Ll >= MLP_PRECONDITION * Lf and Lf > 0:
+        metrics["gap_closure"] = float((np.log(Ll) - np.log(Lp)) / (np.log(Ll) - np.log(Lf)))
+    else:
+        metrics["gap_closure"] = np.nan
+    metrics["ratio_lora_full"] = Ll / Lf if Lf > 0 else np.nan
+    report(progress, 1.0, "done")
+    return Result(steps=np.arange(steps + 1), loss=loss, err=err, lr_grid=np.array(grid, float),
+                  final_by_lr=final_by_lr, best_lr=best_lr, floor=np.nan, sv_target=sv_target,
+                  sv_learned=sv_learned, twin_loss={}, twin_floor=np.nan, twin_rank=0,
+                  factor_norms={}, metrics=metrics, model="mlp", layer_err=layer_err)
+
+
+def claims_mlp(result: Result) -> list[Claim]:
+    m = result.metrics
+    excess_ok = m["max_err_excess"] <= 1e-9
+    L = int(m["n_layers"])
+    c1 = Claim(f"MLP ({L} adapted layers): LoRA-Pro's per-layer equivalent gradients are closer to the full "
+               "gradients than LoRA's at every step and in every layer, and on average at most half as far",
+               measured=m["mean_err_pro"] / m["mean_err_lora"] if excess_ok else np.inf, op="<=", threshold=0.5,
+               label="mean e_pro / mean e_LoRA (all layers)",
+               detail=f"mean e_pro = {m['mean_err_pro']:.3g}, mean e_LoRA = {m['mean_err_lora']:.3g}; "
+                      f"largest excess e_pro − e_LoRA = {m['max_err_excess']:.2g} over "
+                      f"{int(m['err_values_checked'])} (step, layer) values (must be ≤ 1e-9)")
+    closure = m["gap_closure"]
+    if np.isfinite(closure):
+        det = (f"final loss: full {m['L_full']:.3g}, LoRA {m['L_lora']:.3g}, LoRA-Pro {m['L_pro']:.3g} "
+               "(each at its best learning rate)")
+    else:
+        det = (f"precondition not met (needs LoRA ≥ {MLP_PRECONDITION:g}× full FT and no divergence): full {m['L_full']:.3g}, "
+               f"LoRA {m['L_lora']:.3g}, LoRA-Pro {m['L_pro']:.3g}")
+    c2 = Claim("MLP: LoRA-Pro narrows the loss gap between LoRA and full fine-tuning",
+               measured=closure, op=">=", threshold=MLP_CLOSURE_THRESHOLD, label="log-gap closed", detail=det)
+    return [c1, c2]
+
+
+MLP_CLOSURE_THRESHOLD = 0.25   # measured 0.34–0.70 over seeds 0–9 at the default MLP config
+MLP_PRECONDITION = 1.5

@@ -67,6 +67,13 @@ def batch_weights(losses: np.ndarray, name: str, r: float = 1.0, delta: float = 
 # ----------------------------------------------------------------------------- experiment
 @dataclass(frozen=True)
 class Config:
+    setting: str = param("linear", Choice(("linear", "mlp"), "Setting", widget="radio",
+                                          labels=("linear regression (redundant subspace)",
+                                                  "MLP with duplicated easy samples"),
+                                          help="the MLP setting uses its own Adam learning rate (0.03); "
+                                               "the optimiser, lr, sweep, outlier and informative-scale "
+                                               "widgets apply to the linear setting only; seeds are capped "
+                                               "at 8 and the batch at 128 there"))
     temperature: float = param(1.0, Choice((0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0), "Temperature r",
                                            widget="select_slider",
                                            help="sharpness of the weights; large r gives uniform weights"))
@@ -107,6 +114,8 @@ class Result:
     sample_groups: np.ndarray
     sample_weights: dict[str, np.ndarray]
     metrics: dict[str, float] = field(default_factory=dict)
+    setting: str = "linear"
+    bound_curves: dict[str, np.ndarray] = field(default_factory=dict)   # linear: bound-shape side experiment
 
 
 def make_data(rng: np.random.Generator, frac_redundant: float, inf_scale: float, frac_outlier: float):
@@ -181,7 +190,51 @@ def train_batched(X, y, groups, theta_star, strategies, lrs, cfg: Config, progre
     return log_err, share, last
 
 
+BOUND_FRACS, BOUND_LR, BOUND_SCALE, BOUND_STEPS, BOUND_FIT_FROM = (0.5, 0.8), 0.1, 0.3, 300, 50
+BOUND_TOL = 0.15
+
+
+def predicted_log10_slope(frac_redundant: float, inf_scale: float, lr: float) -> float:
+    """Slope of log10 E‖θ_t − θ*‖² per step from the linear-rate bound (1 − lr·μ)^{2t}.
+
+    μ is the smallest curvature of the (uniformly weighted) objective: the informative rows are the
+    only ones acting on the 28 directions outside the redundant subspace, so μ = (1 − f)·s².
+    """
+    mu = (1 - frac_redundant) * inf_scale**2
+    return 2 * np.log(1 - lr * mu) / np.log(10)
+
+
+def bound_shape_experiment(config: Config, fracs=BOUND_FRACS, seeds: int = 6) -> dict:
+    """SGD at constant lr, uniform weights, two redundant fractions: fit the log-linear decay rates."""
+    cfg = Config(optimizer="sgd", warmup=0, seeds=seeds, steps=BOUND_STEPS, batch=64, sweep="off",
+                 seed=config.seed)
+    out = {"steps": np.arange(BOUND_STEPS + 1)}
+    slopes, preds = [], []
+    for i, f in enumerate(fracs):
+        X, y, g, th = make_data(np.random.default_rng(config.seed + 500 + i), f, BOUND_SCALE, 0.0)
+        le, _, _ = train_batched(X, y, g, th, ["uniform"], [BOUND_LR], cfg)
+        c = le[:, 0].mean(0)
+        fit = slice(BOUND_FIT_FROM, None)
+        slope, icpt = np.polyfit(out["steps"][fit], c[fit], 1)
+        out[f"measured_{f:g}"] = c
+        out[f"fit_{f:g}"] = icpt + slope * out["steps"]
+        slopes.append(slope)
+        preds.append(predicted_log10_slope(f, BOUND_SCALE, BOUND_LR))
+    out["slopes"] = np.array(slopes)
+    out["predicted"] = np.array(preds)
+    return out
+
+
+def slope_ratio_error(slopes: np.ndarray, predicted: np.ndarray) -> float:
+    """|measured slope ratio / predicted slope ratio − 1| (first fraction over second)."""
+    return float(abs((slopes[0] / slopes[1]) / (predicted[0] / predicted[1]) - 1))
+
+
 def run(config: Config, progress=None) -> Result:
+    if config.setting == "mlp":
+        return run_mlp(config, progress)
+    if config.setting != "linear":
+        raise InputError(f"unknown setting {config.setting!r}")
     rng = seed_everything(config.seed)
     X, y, groups, theta_star = make_data(rng, config.frac_redundant, config.inf_scale, config.frac_outlier)
     sweep_lrs = LR_SWEEP if config.optimizer == "adam" else SGD_LR_SWEEP
@@ -224,15 +277,23 @@ def run(config: Config, progress=None) -> Result:
         metrics[f"informative_share_{s}"] = float(wshare[s][after, 1].mean())
     metrics["seeds_linupper_better"] = float(np.mean(final_by_seed["linupper"] < final_by_seed["uniform"]))
     data_share = np.array([np.mean(groups == g) for g in range(3)])
+    report(progress, 0.97, "bound-shape check")
+    bound = bound_shape_experiment(config)
+    metrics["bound_ratio_measured"] = float(bound["slopes"][0] / bound["slopes"][1])
+    metrics["bound_ratio_predicted"] = float(bound["predicted"][0] / bound["predicted"][1])
+    metrics["bound_ratio_error"] = slope_ratio_error(bound["slopes"], bound["predicted"])
+    metrics["bound_abs_error"] = float(np.max(np.abs(bound["slopes"] / bound["predicted"] - 1)))
     report(progress, 1.0, "done")
     return Result(steps=np.arange(config.steps + 1), log_err_mean=mean, log_err_sd=sd, weight_share=wshare,
                   data_share=data_share, sweep_lrs=np.array(sweep_lrs), sweep_final=sweep_final,
                   final_by_seed=final_by_seed, h_grid=h_grid, shapes=shapes, sample_losses=sample_losses,
                   sample_groups=groups[idx0[: len(sample_losses)]], sample_weights=sample_weights,
-                  metrics=metrics)
+                  metrics=metrics, bound_curves=bound)
 
 
 def claims(result: Result) -> list[Claim]:
+    if result.setting == "mlp":
+        return claims_mlp(result)
     m = result.metrics
     out = [
         Claim("Down-weighting low-loss samples (LinUpper) converges faster than uniform weighting at the "
@@ -256,4 +317,169 @@ def claims(result: Result) -> list[Claim]:
         out.append(Claim("The gain survives tuning the learning rate of each strategy", measured=np.nan, op="<=",
                          threshold=-0.15, label="Δ best-of-sweep log10 error",
                          detail="turn on 'Tune lr per strategy' to measure this"))
+    f1, f2 = BOUND_FRACS
+    out.append(Claim("The measured convergence has the shape of the linear-rate bound: log test error falls "
+                     "linearly in the step, at a rate set by the smallest curvature (1 − f)·s², so the ratio of "
+                     f"rates between redundant fractions {f1:g} and {f2:g} is the predicted one",
+                     measured=m["bound_ratio_error"], op="<=", threshold=BOUND_TOL,
+                     label="|measured / predicted rate ratio − 1|",
+                     detail=f"SGD, lr {BOUND_LR:g}, uniform weights, fit over steps {BOUND_FIT_FROM}–{BOUND_STEPS}: "
+                            f"rate ratio measured {m['bound_ratio_measured']:.3f}, predicted "
+                            f"{m['bound_ratio_predicted']:.3f}; absolute rates within "
+                            f"{m['bound_abs_error']:.0%} of the bound's (1 − lr·μ)² per step"))
     return out
+
+
+# ----------------------------------------------------------------------------- MLP with duplicated easy samples
+MLP_D, MLP_H, MLP_TEACHER_H, N_EASY, N_TEST = 16, 32, 32, 16, 512
+MLP_LR, MLP_NOISE, MLP_EVERY = 0.03, 0.1, 10
+MLP_SPEEDUP_THRESHOLD = 1.2
+MLP_MAX_SEEDS, MLP_MAX_BATCH = 8, 128
+GROUPS_MLP = ("duplicated easy", "informative", "-")
+
+
+def make_mlp_data(rng: np.random.Generator, frac_redundant: float):
+    """Teacher tanh network; a share of the rows are copies of only N_EASY distinct inputs (easy, redundant)."""
+    Wt = rng.normal(size=(MLP_D, MLP_TEACHER_H)) / np.sqrt(MLP_D)
+    vt = 2 * rng.normal(size=MLP_TEACHER_H) / np.sqrt(MLP_TEACHER_H)
+
+    def teacher(X):
+        return np.tanh(X @ Wt) @ vt
+
+    n_dup = int(round(frac_redundant * N_TRAIN))
+    n_inf = N_TRAIN - n_dup
+    if n_inf < 64:
+        raise InputError("the redundant fraction leaves fewer than 64 informative rows; lower it")
+    X_easy = rng.normal(size=(N_EASY, MLP_D))
+    X = np.concatenate([X_easy[rng.integers(0, N_EASY, n_dup)], rng.normal(size=(n_inf, MLP_D))])
+    y = teacher(X)
+    y[n_dup:] += MLP_NOISE * rng.normal(size=n_inf)
+    groups = np.concatenate([np.zeros(n_dup, int), np.ones(n_inf, int)])
+    Xt = rng.normal(size=(N_TEST, MLP_D))
+    return X, y, groups, Xt, teacher(Xt)
+
+
+def mlp_weighted_grads(P, Xb, h, res, w):
+    """Gradient of Σ_b w_b·½ res_b² w.r.t. [W1, b1, W2, b2] for every (seed, strategy) run, w held fixed.
+
+    Shapes: P = [W1 (S,K,D,H), b1 (S,K,H), W2 (S,K,H), b2 (S,K)], Xb (S,B,D), h (S,K,B,H), res and w (S,K,B).
+    """
+    d = w * res                                               # ∂(Σ_b w_b ℓ_b)/∂out
+    dz = d[..., None] * P[2][:, :, None, :] * (1 - h**2)
+    return [np.matmul(np.swapaxes(Xb, 1, 2)[:, None], dz), dz.sum(2), np.einsum("skb,skbh->skh", d, h), d.sum(-1)]
+
+
+def train_mlp_batched(X, y, groups, Xt, yt, strategies, cfg: Config, progress=None):
+    """One-hidden-layer tanh MLPs for every (seed, strategy), trained jointly with hand-written backprop + Adam.
+
+    All strategies of one seed start from the same initialisation and see the same batches.
+    Returns log10 test loss (E, S, K) at every MLP_EVERY steps, weight share (T, K, 3), last batch.
+    """
+    S, K, T, Bsz, n = cfg.seeds, len(strategies), cfg.steps, cfg.batch, len(y)
+    init = np.random.default_rng(cfg.seed * 1000 + 777)
+    W1 = np.repeat(init.normal(size=(S, 1, MLP_D, MLP_H)) / np.sqrt(MLP_D), K, axis=1)
+    W2 = np.repeat(init.normal(size=(S, 1, MLP_H)) / np.sqrt(MLP_H), K, axis=1)
+    P = [W1, np.zeros((S, K, MLP_H)), W2, np.zeros((S, K))]
+    Mo = [np.zeros_like(q) for q in P]
+    Vo = [np.zeros_like(q) for q in P]
+    gens = [np.random.default_rng(cfg.seed * 1000 + j) for j in range(S)]
+    onehot = np.eye(3)[groups]
+
+    def forward(Xin):  # Xin (S, B, D) or (1, B, D)
+        h = np.tanh(np.matmul(Xin[:, None], P[0]) + P[1][:, :, None, :])
+        return h, (h * P[2][:, :, None, :]).sum(-1) + P[3][..., None]
+
+    def test_loss():
+        return np.log10(0.5 * np.mean((forward(Xt[None])[1] - yt) ** 2, -1))
+
+    evals = [test_loss()]
+    share = np.zeros((T, K, 3))
+    last = None
+    for t in range(T):
+        idx = np.stack([g.integers(0, n, Bsz) for g in gens])
+        Xb, yb = X[idx], y[idx]
+        h, out = forward(Xb)
+        res = out - yb[:, None]
+        losses = 0.5 * res**2
+        if t < cfg.warmup:
+            w = np.full_like(losses, 1.0 / Bsz)
+        else:
+            hh = normalize_losses(losses)
+            f = np.empty_like(hh)
+            for k, name in enumerate(strategies):
+                f[:, k] = strategy_score(hh[:, k], name)
+            w = softmax_weights(f, cfg.temperature)
+        share[t] = np.matmul(w, onehot[idx]).sum(0) / S
+        G = mlp_weighted_grads(P, Xb, h, res, w)
+        lr_t = MLP_LR * 0.5 * (1 + np.cos(np.pi * t / T))
+        for i in range(4):
+            Mo[i] = 0.9 * Mo[i] + 0.1 * G[i]
+            Vo[i] = 0.999 * Vo[i] + 0.001 * G[i] ** 2
+            P[i] = P[i] - lr_t * (Mo[i] / (1 - 0.9 ** (t + 1))) / (np.sqrt(Vo[i] / (1 - 0.999 ** (t + 1))) + 1e-8)
+        if (t + 1) % MLP_EVERY == 0 or t == T - 1:
+            evals.append(test_loss())
+        if t == T - 1:
+            last = (losses[0, 0], idx[0])
+        if t % 50 == 0:
+            report(progress, (t + 1) / T, f"MLP step {t + 1}/{T}")
+    return np.array(evals), share, last
+
+
+def steps_to_reach(curve: np.ndarray, steps: np.ndarray, target: float) -> float:
+    """First step at which a curve is at or below target (inf if never)."""
+    hit = np.nonzero(curve <= target)[0]
+    return float(steps[hit[0]]) if len(hit) else np.inf
+
+
+def run_mlp(config: Config, progress=None) -> Result:
+    import dataclasses
+
+    # keep the largest widget setting within the time budget: the MLP costs ~50× a linear row per step
+    config = dataclasses.replace(config, seeds=min(config.seeds, MLP_MAX_SEEDS), batch=min(config.batch, MLP_MAX_BATCH))
+    rng = seed_everything(config.seed)
+    X, y, groups, Xt, yt = make_mlp_data(rng, config.frac_redundant)
+    ev, share, last = train_mlp_batched(X, y, groups, Xt, yt, list(STRATEGIES), config, progress)
+    T = config.steps
+    steps = np.unique(np.r_[np.arange(0, T + 1, MLP_EVERY), T])
+    med = {s: np.median(ev[:, :, k], axis=1) for k, s in enumerate(STRATEGIES)}
+    mean = {s: ev[:, :, k].mean(1) for k, s in enumerate(STRATEGIES)}
+    sd = {s: ev[:, :, k].std(1) for k, s in enumerate(STRATEGIES)}
+    target = float(med["uniform"][-1])
+    reach = {s: steps_to_reach(med[s], steps, target) for s in STRATEGIES}
+    metrics = {f"final_{s}": float(med[s][-1]) for s in STRATEGIES}
+    metrics.update({f"reach_{s}": reach[s] for s in STRATEGIES})
+    metrics["target"] = target
+    metrics["speedup_linupper"] = T / reach["linupper"] if reach["linupper"] > 0 else np.nan
+    metrics["speedup_quadratic"] = T / reach["quadratic"] if reach["quadratic"] > 0 else np.nan
+    metrics["gap_linupper"] = metrics["final_linupper"] - metrics["final_uniform"]
+    metrics["gap_lowfirst"] = metrics["final_lowfirst"] - metrics["final_uniform"]
+    metrics["seeds_linupper_better"] = float(np.mean(ev[-1, :, 1] < ev[-1, :, 0]))
+    metrics["n_seeds"] = float(config.seeds)
+    after = slice(min(config.warmup, T - 1), None)
+    wshare = {s: share[:, k] for k, s in enumerate(STRATEGIES)}
+    for s in STRATEGIES:
+        metrics[f"informative_share_{s}"] = float(wshare[s][after, 1].mean())
+    h_grid = np.linspace(-1, 1, 101)
+    losses0, idx0 = last
+    report(progress, 1.0, "done")
+    return Result(steps=steps, log_err_mean=mean, log_err_sd=sd, weight_share=wshare,
+                  data_share=np.array([np.mean(groups == g) for g in range(3)]), sweep_lrs=np.array([]),
+                  sweep_final={}, final_by_seed={s: ev[-1, :, k] for k, s in enumerate(STRATEGIES)},
+                  h_grid=h_grid, shapes={s: strategy_score(h_grid, s) for s in STRATEGIES},
+                  sample_losses=losses0, sample_groups=groups[idx0],
+                  sample_weights={s: batch_weights(losses0, s, config.temperature) for s in STRATEGIES},
+                  metrics=metrics, setting="mlp")
+
+
+def claims_mlp(result: Result) -> list[Claim]:
+    m = result.metrics
+    T = int(result.steps[-1])
+    return [
+        Claim("MLP with duplicated easy samples: down-weighting low-loss samples (LinUpper) converges faster "
+              "than uniform weighting", measured=m["speedup_linupper"], op=">=", threshold=MLP_SPEEDUP_THRESHOLD,
+              label="speed-up to uniform's final test loss (median over seeds)",
+              detail=f"LinUpper reaches uniform's step-{T} median test loss (log10 {m['target']:.3f}) at step "
+                     f"{m['reach_linupper']:.0f}; final log10 test loss uniform {m['final_uniform']:.3f}, "
+                     f"LinUpper {m['final_linupper']:.3f}, low-loss-first {m['final_lowfirst']:.3f}; "
+                     f"LinUpper better in {m['seeds_linupper_better']:.0%} of {int(m['n_seeds'])} seeds"),
+    ]

@@ -146,7 +146,8 @@ PAPERS: list[Paper] = [
     Paper("deep-ruot", "Learning Stochastic Dynamics from Snapshots through Regularized Unbalanced Optimal "
           "Transport", G,
           "Recover velocity, growth and diffusion of a population from time snapshots with "
-          "regularised unbalanced OT.", openreview="gQlxd3Mtru"),
+          "regularised unbalanced OT.", openreview="gQlxd3Mtru",
+          page="pages/deep_ruot.py", module="engine.deep_ruot"),
     Paper("unbalanced-fm", "Composing Unbalanced Flows for Flexible Docking and Relaxation", G,
           "Flow matching on an unbalanced coupling trades sample efficiency for a more accurate "
           "transport.", openreview="gHLWTzKiZV",
@@ -161,7 +162,8 @@ PAPERS: list[Paper] = [
     Paper("implicit-preference-motion", "Direct Post-Training Preference Alignment for Multi-Agent Motion "
           "Generation Models Using Implicit Feedback from Pre-training Demonstrations", G,
           "Rank a model's own samples by closeness to expert demonstrations and align it with "
-          "DPO, no human labels needed.", arxiv="2503.20105"),
+          "DPO, no human labels needed.", arxiv="2503.20105",
+          page="pages/implicit_preference_motion.py", module="engine.implicit_preference_motion"),
     # --- graphs
     Paper("spectral-rewiring", "GNNs Getting ComFy: Community and Feature Similarity Guided Rewiring", GR,
           "Raising or lowering the spectral gap mostly changes community strength; community- "

@@ -23,9 +23,9 @@ layout.paper_header(
     caveat=(
         "A synthetic stand-in for DocVQA: each document has 8 fields, a noisy 'OCR' reading of each (the part "
         "a model can read), and an identifying visual embedding (the part it can only memorise); the model is "
-        "a small MLP with a reading path. In this toy, the document-averaged loss is an even stronger score "
-        "(AUC shown), but it needs a calibrated threshold that the no-auxiliary-data attacker lacks; we do not "
-        "claim DocMIA beats it here."
+        "a small MLP with a reading path; the attacked layer is its answer head. The paper's claim that both "
+        "attacks beat the loss-threshold baseline is NOT reproduced here by AUC: in this toy the document's "
+        "mean loss ranks members better (see the note under the claims)."
     ),
 )
 cfg = state.bind_config(eng.Config, SLUG)
@@ -33,6 +33,21 @@ state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.docvqa_mia", cfg, label="Training target and attacking")
 layout.claims_panel(eng.claims(res))
+m = res.metrics
+st.info(
+    f"**Why DocMIA does not beat the loss threshold here.** The loss-threshold baseline ranks documents by the "
+    f"target's mean answer loss over their questions (AUC {m['auc_loss']:.3f}, vs {m['auc_white']:.3f} white-box "
+    f"and {m['auc_black']:.3f} black-box). It needs the same answers DocMIA needs and no auxiliary data to *rank*. "
+    "In this model the attacked layer is linear, so the distance and step count of the per-question fine-tuning "
+    "are functions of that question's logits and hidden-vector norm: they re-express the loss, with extra "
+    "variation from the norm, and here carry less membership information than the loss. (The paper optimises a "
+    "designated part of a large pretrained DocVQA model, where the features need not reduce to the loss.) "
+    f"Where the loss rule loses is in *deciding* without calibration: Yeom et al.'s rule (member if loss < mean "
+    f"training loss, a threshold the attacker would not even know) is right for {m['acc_loss']:.2f} of documents, "
+    f"DocMIA's label-free 2-means for {m['acc_white']:.2f} (white-box) and {m['acc_black']:.2f} (black-box). "
+    f"But 2-means on the loss alone, equally label-free, reaches {m['acc_loss_cluster']:.2f}. We tried making "
+    "reading easier (OCR accuracy 0.8, 0.95) and training longer (40 epochs): the loss stayed ahead in AUC.",
+    icon=":material/info:")
 
 st.caption(f"Target answer accuracy: members {res.train_acc['members']:.2f}, "
            f"non-members {res.train_acc['non-members']:.2f}.")
@@ -87,6 +102,30 @@ charts.show(charts.lines(res.epoch_values, {"white-box AUC": res.auc_vs_epochs},
                          ylabel="AUC", mode="lines+markers"), key="auc_ep")
 download.download_csv(pd.DataFrame({"epochs": res.epoch_values, "auc": res.auc_vs_epochs}), "mia_auc_vs_epochs.csv")
 
+st.subheader("Defences: a larger training set, weight decay")
+st.caption("Retrains the target (and the proxy) at up to 5 training-set sizes — the candidate members plus extra "
+           "training documents that are not candidates — and at 6 weight decays, on the same candidates.")
+if st.toggle("Run the sweeps (about 10–20 s)", key="docvqa_mia_sweep"):
+    sr = run_or_stop("engine.docvqa_mia", cfg, label="Retraining the target for the sweeps", fn="sweep")
+    layout.claims_panel(eng.sweep_claims(sr), title="Claims of the sweeps")
+    c5, c6 = st.columns(2)
+    with c5:
+        charts.show(charts.lines(sr.train_docs, sr.auc_size, title="AUC vs target training-set size",
+                                 xlabel="training documents", ylabel="AUC", log_x=True, mode="lines+markers"),
+                    key="auc_size")
+        download.download_csv(pd.DataFrame({"training_documents": sr.train_docs, **sr.auc_size}),
+                              "mia_auc_vs_training_size.csv")
+    with c6:
+        wd_x = np.where(sr.wd_values > 0, sr.wd_values, sr.wd_values[sr.wd_values > 0].min() / 10)
+        fig = charts.lines(wd_x, sr.auc_wd, title="AUC vs weight decay (leftmost point: none)",
+                           xlabel="AdamW weight decay", ylabel="AUC", log_x=True, mode="lines+markers")
+        charts.show(fig, key="auc_wd")
+        download.download_csv(pd.DataFrame({"weight_decay": sr.wd_values, **sr.auc_wd}), "mia_auc_vs_weight_decay.csv")
+    st.caption("Measured here: weight decay lowers the white-box AUC a lot but the loss baseline's hardly at all, "
+               "and the black-box attack (its proxy is trained without weight decay) loses little. Our reading: "
+               "decay shrinks the weights, hence the hidden vectors whose norm sets the white-box fine-tuning "
+               "geometry, while the ranking of answer losses survives.")
+
 layout.how_it_works(r"""
 **Per-question optimisation (white-box).** Starting from the target's answer head $\theta_0 = (W_{\text{out}}, b_{\text{out}})$,
 run gradient descent on the answer loss $\ell(\theta; D, q_j, a_j)$ with step $\eta$ until $\ell < \tau$ or $s_{\max}$ steps.
@@ -104,4 +143,7 @@ minus distance to the member centre.
 **Black-box.** Ask the target for its answer to every question of every candidate document, train a proxy of the same
 architecture on those answers, and run the white-box attack on the proxy with the documents' true answers. Members'
 true answers agree with what the target (hence the proxy) learned.
+
+**Loss-threshold baseline.** Score $-\bar\ell(D) = -\frac1Q\sum_j \ell(\theta_0; D, q_j, a_j)$ (the ROC sweeps every
+threshold); decisions: member if $\bar\ell(D) <$ the mean training loss.
 """)

@@ -23,9 +23,11 @@ layout.paper_header(
         "No LLM or judge model can be downloaded, so this runs in a synthetic instruction-following world with a "
         "known true quality: each prompt asks for 6 rubric items; each value has synonyms, and the "
         "demonstrations make a bland generic word the most likely token (so greedy answers are bland). The "
-        "'judge' is a noisy formula comparing meanings (synonyms count as equal); it never sees the truth. The "
-        "lexical utility is exact token overlap (a ROUGE-1-like stand-in for chrF/BLEU) and the embedding "
-        "utility a synthetic word-similarity table. The policy is a linear softmax model."
+        "'judge' is a noisy formula comparing meanings (synonyms count as equal); it never sees the truth. "
+        "Answers are written out as words, and the lexical utility is sacrebleu's sentence-level chrF or BLEU "
+        "between them; because sacrebleu scores one pair at a time in Python, lexical MBR is evaluated on a "
+        "subset of the test prompts (the judge is compared with it on the same subset). The embedding utility is "
+        "a synthetic word-similarity table. The policy is a linear softmax model."
     ),
 )
 cfg = state.bind_config(eng.Config, SLUG)
@@ -37,6 +39,10 @@ layout.claims_panel(eng.claims(res))
 vals = [res.q_methods[m] for m in res.methods]
 charts.show(charts.bars(res.methods, vals, title=f"True quality on test prompts (N = {cfg.n_candidates})",
                         ylabel="share of correct rubric items"), key="bars")
+st.caption(f"MBR lexical uses sacrebleu's sentence-level {res.lexical_metric} on the first "
+           f"{int(res.metrics['n_lexical_prompts'])} test prompts (the judge scores "
+           f"{res.metrics['q_MBR judge (lexical subset)']:.3f} on those); 'MBR token overlap' is the share of "
+           "identical words, for comparison. All other bars use every test prompt.")
 download.download_csv(pd.DataFrame({"method": res.methods, "quality": vals}), "mbr_quality.csv")
 
 c1, c2 = st.columns(2)
@@ -80,13 +86,18 @@ with c4:
     charts.show(charts.themed(fig, "One test prompt: judge scores (★ = MBR choice)", 380), key="heat")
     download.download_csv(download.matrix_frame(res.detail_U, "candidate", "reference", "judge_score"),
                           "mbr_detail_utilities.csv")
+    with st.expander("The candidates of this prompt, as words"):
+        st.dataframe(pd.DataFrame({"candidate": [f"#{i + 1}" for i in range(N)], "answer": res.detail_answers,
+                                   "true quality": res.detail_quality}), hide_index=True)
 
 layout.how_it_works(r"""
 **MBR decoding.** Sample $y_1,\dots,y_N \sim \pi(\cdot\mid x)$; with a utility $u(y;\text{ref})$,
 $$y^\star = \arg\max_i\ \frac{1}{N-1}\sum_{j\ne i} u(y_i; y_j).$$
 Utilities here: the judge $u_J = \mathrm{clip}(\mathrm{round}(1 + 4c + \sigma\xi), 1, 5)$ with $c$ the share of items on which
-candidate and reference state the same value (synonyms equal, the generic word counts as no content); lexical = share of
-identical tokens; embedding = mean word similarity. Best-of-N instead takes $\arg\max_i s(y_i)$ with a reference-free
+candidate and reference state the same value (synonyms equal, the generic word counts as no content); lexical = sacrebleu's
+sentence chrF (character $n$-gram F-score, $n \le 6$, $\beta = 2$: $F = \frac{(1+\beta^2)PR}{\beta^2 P + R}$ with $P, R$ the
+mean $n$-gram precision and recall) or sentence BLEU (geometric mean of word $n$-gram precisions times a brevity
+penalty), both divided by 100; embedding = mean word similarity. Best-of-N instead takes $\arg\max_i s(y_i)$ with a reference-free
 judge that knows each item's answer only with probability $p_{\text{know}}$.
 
 **Self-training.** For each training prompt take $y_w = $ MBR-best and $y_l = $ MBR-worst of the current policy's samples and

@@ -15,7 +15,7 @@ def default_result():
 
 def test_claims_pass_at_default(default_result):
     claims = eng.claims(default_result)
-    assert len(claims) == 6
+    assert len(claims) == 8
     failed = [c.describe() for c in claims if not c.passed]
     assert not failed, failed
 
@@ -94,7 +94,7 @@ def test_optimism_with_theory_constants(algo):
     K, H = 400, 3
     iota = float(np.log(2 * 3 * 2 * K * H / eng.P_FAIL))
     rng = np.random.default_rng(0)
-    regret, switched, frac, Q, V = eng._run_algo(algo, P, R, Vs[:, 0, 0], K, 1.0, iota, 54 * iota, rng, None,
+    regret, switched, frac, Q, V, *_ = eng._run_algo(algo, P, R, Vs[:, 0, 0], K, 1.0, iota, 54 * iota, rng, None,
                                                  (0, 1), Qs >= Vs[:, :-1, :, None] - 1e-9, 2)
     assert np.all(Q >= Qs - 1e-9)
     assert np.all(V <= H + 1e-9)
@@ -105,4 +105,22 @@ def test_random_family_and_bad_settings():
     with pytest.raises(ValueError):
         eng.Config(gap=0.2, gap2=0.2)
     res = eng.run(eng.Config(family="random", episodes=2000, n_seeds=2))
-    assert len(eng.claims(res)) == 4
+    assert len(eng.claims(res)) == 5
+
+
+def test_q_earlysettled_brackets_vstar_and_learns_optimal_policy():
+    """Tiny MDP, theory constants: V^LCB <= V* <= V^UCB for most seeds, and the greedy policy becomes optimal."""
+    ok_bracket, ok_opt = 0, 0
+    for seed in range(4):
+        P, R, _ = _tiny("gap", seed=seed, S=2, A=2, H=2, gaps=(0.4,))
+        Qs, Vs = eng.value_iteration(P, R)
+        K, H = 3000, 2
+        iota = float(np.log(2 * 2 * 2 * K * H / eng.P_FAIL))
+        out = eng._run_algo("Q-EarlySettled-Advantage", P, R, Vs[:, 0, 0], K, 0.3, iota, 1.0,
+                            np.random.default_rng(seed), None, (0, 1), Qs >= Vs[:, :-1, :, None] - 1e-9, 2)
+        regret, Q, (Qu, Ql, Vu, Vl) = out[0], out[3], out[5]
+        ok_bracket += int(np.all(Vl[:, :H] <= Vs[:, :H] + 1e-9) and np.all(Ql <= Qs + 1e-9)
+                          and np.all(Qu >= Qs - 1e-9) and np.all(Vu[:, :H] >= Vs[:, :H] - 1e-9)
+                          and np.all(Q >= Qs - 1e-9))
+        ok_opt += int(np.all(regret[-1] < 1e-9))
+    assert ok_bracket >= 3 and ok_opt >= 3

@@ -136,3 +136,84 @@ def test_extremes_run_and_result_pickles():
     assert len(pickle.dumps(res)) < 2_000_000
     for c in eng.claims(res):
         assert isinstance(c.passed, bool)
+
+
+# ----------------------------------------------------------------------------- the MLP setting
+@pytest.fixture(scope="module")
+def mlp_result():
+    return eng.run(eng.Config(model="mlp"))
+
+
+def test_mlp_claims_pass_at_default(mlp_result):
+    cl = eng.claims(mlp_result)
+    assert len(cl) == 2
+    for c in cl:
+        assert c.passed, c.describe()
+    assert mlp_result.metrics["err_values_checked"] == 2 * 100 * 4  # 2 runs × 100 steps × (total + 3 layers)
+
+
+def _tiny_mlp(seed, sizes=(5, 6, 4, 3), r=2, n=20):
+    rng = np.random.default_rng(seed)
+    W0 = [rng.normal(size=(o, i)) / np.sqrt(i) for i, o in zip(sizes[:-1], sizes[1:])]
+    X = rng.normal(size=(n, sizes[0]))
+    p = eng.MLPProblem(W0=W0, Wstar=W0, X=X, Y=rng.normal(size=(n, sizes[-1])), A0=[])
+    As = [rng.normal(size=(r, w.shape[1])) for w in W0]
+    Bs = [rng.normal(size=(w.shape[0], r)) for w in W0]
+    return p, As, Bs
+
+
+def test_mlp_backprop_matches_finite_differences():
+    p, _, _ = _tiny_mlp(0)
+    _, grads = p.loss_grads(p.W0)
+    eps = 1e-6
+    for li, W in enumerate(p.W0):
+        for (i, j) in [(0, 0), (W.shape[0] - 1, W.shape[1] - 1), (1, 2)]:
+            Wp = [w.copy() for w in p.W0]
+            Wm = [w.copy() for w in p.W0]
+            Wp[li][i, j] += eps
+            Wm[li][i, j] -= eps
+            num = (p.loss_grads(Wp)[0] - p.loss_grads(Wm)[0]) / (2 * eps)
+            assert num == pytest.approx(grads[li][i, j], rel=1e-5, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_mlp_per_layer_adjustment_is_the_joint_least_squares_solution(seed):
+    """numpy lstsq over the whole network's space {s·B_l·G_A,l + s·G_B,l·A_l} equals the per-layer LoRA-Pro answer."""
+    p, As, Bs = _tiny_mlp(seed)
+    s = 1.3
+    Ws = [w0 + s * B @ A for w0, A, B in zip(p.W0, As, Bs)]
+    _, grads = p.loss_grads(Ws)
+    sizes = [g.size for g in grads]
+    offs = np.cumsum([0] + sizes)
+    cols = []
+    for li, (A, B) in enumerate(zip(As, Bs)):
+        r, n = A.shape
+        m = B.shape[0]
+        for shape, f in (((r, n), lambda E, A=A, B=B: s * B @ E), ((m, r), lambda E, A=A, B=B: s * E @ A)):
+            for k in range(shape[0] * shape[1]):
+                E = np.zeros(shape[0] * shape[1])
+                E[k] = 1
+                col = np.zeros(offs[-1])
+                col[offs[li]:offs[li + 1]] = f(E.reshape(shape)).ravel()
+                cols.append(col)
+    Mmat = np.stack(cols, 1)
+    gvec = np.concatenate([g.ravel() for g in grads])
+    z, *_ = np.linalg.lstsq(Mmat, gvec, rcond=None)
+    best = Mmat @ z
+    _, pro = eng.mlp_equivalent_gradients(As, Bs, grads, s)
+    np.testing.assert_allclose(np.concatenate([e.ravel() for e in pro]), best, atol=1e-7)
+    lora, _ = eng.mlp_equivalent_gradients(As, Bs, grads, s)
+    for lo, pr, g in zip(lora, pro, grads):  # per layer: LoRA is never closer
+        assert np.linalg.norm(lo - g) >= np.linalg.norm(pr - g) - 1e-9
+
+
+def test_mlp_negative_controls(monkeypatch):
+    """A 'LoRA-Pro' that just returns the LoRA gradients fails both MLP claims."""
+    def fake(A, B, g, s, x_choice="sylvester"):
+        ga, gb = eng.lora_grads(A, B, g, s)
+        return ga, gb, np.zeros((A.shape[0], A.shape[0]))
+
+    monkeypatch.setattr(eng, "lorapro_grads", fake)
+    res = eng.run(eng.Config(model="mlp", steps=40))
+    c1, c2 = eng.claims(res)
+    assert not c1.passed and not c2.passed

@@ -100,3 +100,86 @@ def test_bad_fractions_raise_input_error():
 
     with pytest.raises(InputError):
         eng.run(eng.Config(frac_redundant=0.95, frac_outlier=0.1))
+
+
+# ----------------------------------------------------------------------------- bound shape (linear) and MLP setting
+def test_bound_shape_claim_and_negative_control(default_result):
+    m = default_result.metrics
+    bc = default_result.bound_curves
+    # independent: the predicted per-step rate is (1 − lr·μ)² with μ the smallest eigenvalue of the
+    # population Hessian E[xxᵀ], computed here with numpy from the data-generating recipe
+    for f, pred in zip(eng.BOUND_FRACS, bc["predicted"]):
+        rng = np.random.default_rng(0)
+        Q, _ = np.linalg.qr(rng.normal(size=(eng.D, eng.SUB_DIM)))
+        H = f * 9.0 * Q @ Q.T + (1 - f) * eng.BOUND_SCALE**2 * np.eye(eng.D)
+        mu = np.linalg.eigvalsh(H)[0]
+        assert pred == pytest.approx(2 * np.log10(1 - eng.BOUND_LR * mu), rel=1e-9)
+    assert m["bound_ratio_error"] <= eng.BOUND_TOL
+    # negative control: a bound governed by the largest curvature (∝ f, the redundant rows) predicts the
+    # ratio f1/f2 = 0.625 instead of 2.5 and fails the same tolerance
+    f1, f2 = eng.BOUND_FRACS
+    wrong = np.array([f1, f2])
+    assert eng.slope_ratio_error(bc["slopes"], wrong) > eng.BOUND_TOL
+    # and a rate that ignores the redundant fraction altogether (ratio 1) fails too
+    assert eng.slope_ratio_error(bc["slopes"], np.array([1.0, 1.0])) > eng.BOUND_TOL
+
+
+@pytest.fixture(scope="module")
+def mlp_result():
+    return eng.run(eng.Config(setting="mlp"))
+
+
+def test_mlp_claim_passes_at_default(mlp_result):
+    cl = eng.claims(mlp_result)
+    assert len(cl) == 1 and cl[0].passed, cl[0].describe()
+    m = mlp_result.metrics
+    assert m["final_lowfirst"] > m["final_uniform"]            # prioritising easy rows is slower
+    assert m["informative_share_linupper"] > m["informative_share_uniform"]
+
+
+def test_mlp_negative_controls(mlp_result):
+    import dataclasses
+
+    # uniform compared with itself: speed-up exactly 1 fails the claim
+    r = mlp_result
+    steps = r.steps
+    med = np.median(r.final_by_seed["uniform"])
+    assert eng.steps_to_reach(np.r_[r.log_err_mean["uniform"][:-1], med], steps, med) <= steps[-1]
+    fake = dataclasses.replace(r, metrics={**r.metrics, "speedup_linupper": 1.0})
+    assert not eng.claims(fake)[0].passed
+    # large temperature (weights ≈ uniform) removes the speed-up
+    res = eng.run(eng.Config(setting="mlp", temperature=10.0, seeds=4))
+    assert not eng.claims(res)[0].passed
+
+
+def test_mlp_backprop_matches_finite_differences():
+    """The engine's hand-written MLP gradient equals central finite differences of the weighted batch loss."""
+    rng = np.random.default_rng(0)
+    X, y, groups, Xt, yt = eng.make_mlp_data(rng, 0.7)
+    S, K, B = 2, 3, 8
+    P = [rng.normal(size=(S, K, eng.MLP_D, eng.MLP_H)) / 4, rng.normal(size=(S, K, eng.MLP_H)) / 4,
+         rng.normal(size=(S, K, eng.MLP_H)) / 4, rng.normal(size=(S, K))]
+    idx = rng.integers(0, len(y), (S, B))
+    Xb, yb = X[idx], y[idx]
+    w = rng.dirichlet(np.ones(B), size=(S, K))
+
+    def fwd(P_):
+        h = np.tanh(np.matmul(Xb[:, None], P_[0]) + P_[1][:, :, None, :])
+        return h, (h * P_[2][:, :, None, :]).sum(-1) + P_[3][..., None] - yb[:, None]
+
+    def total(P_):
+        return float(np.sum(w * 0.5 * fwd(P_)[1] ** 2))
+
+    h, res = fwd(P)
+    G = eng.mlp_weighted_grads(P, Xb, h, res, w)
+    eps = 1e-6
+    for i, shape in enumerate([p.shape for p in P]):
+        for pos in [tuple(0 for _ in shape), tuple(s - 1 for s in shape)]:
+            Pp = [q.copy() for q in P]
+            Pm = [q.copy() for q in P]
+            Pp[i][pos] += eps
+            Pm[i][pos] -= eps
+            assert (total(Pp) - total(Pm)) / (2 * eps) == pytest.approx(G[i][pos], rel=1e-5, abs=1e-9)
+    cfg = eng.Config(setting="mlp", steps=100, seeds=1, warmup=0, batch=16)
+    ev, _, _ = eng.train_mlp_batched(X, y, groups, Xt, yt, ["uniform", "linupper"], cfg)
+    assert np.isfinite(ev).all() and ev[-1].max() < ev[0].min()   # training lowers the test loss

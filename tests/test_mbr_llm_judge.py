@@ -114,4 +114,42 @@ def test_demonstrations_and_quality():
 def test_boundary_without_bland_mode():
     res = eng.run(eng.Config(generic=0.0, synonyms=1, iterations=0))
     assert res.metrics["gain_over_greedy"] < 0.15
-    assert not eng.claims(res)[2].passed  # no self-training: not measured
+    assert not eng.claims(res)[3].passed  # no self-training: not measured
+
+
+def test_sacrebleu_wrappers_match_hand_values_and_sacrebleu():
+    import sacrebleu
+
+    chrf, bleu = eng.sentence_metric("chrF"), eng.sentence_metric("BLEU")
+    # chrF by hand, hyp "ab" vs ref "abc": 1-grams P=1, R=2/3; 2-grams P=1, R=1/2; no longer n-grams in the
+    # hypothesis, so average P=1, R=7/12 and F_2 = 5PR/(4P+R) = 7/11
+    assert chrf("ab", "abc") == pytest.approx(7 / 11, abs=1e-12)
+    # BLEU by hand: all 1..3-gram precisions 1, no 4-grams (effective order 3), brevity penalty exp(1 − 4/3)
+    assert bleu("a b c", "a b c d") == pytest.approx(np.exp(1 - 4 / 3), abs=1e-9)
+    hyp, ref = "crimson small oak shore puppy glad", "red small wooden something dog happy"
+    assert chrf(hyp, ref) == pytest.approx(sacrebleu.sentence_chrf(hyp, [ref]).score / 100, abs=1e-12)
+    assert chrf(hyp, ref) == pytest.approx(sacrebleu.corpus_chrf([hyp], [[ref]]).score / 100, abs=1e-12)
+    assert bleu(hyp, ref) == pytest.approx(sacrebleu.sentence_bleu(hyp, [ref]).score / 100, abs=1e-12)
+    assert chrf(hyp, hyp) == pytest.approx(1.0) and bleu(hyp, hyp) == pytest.approx(1.0)
+
+
+def test_lexical_mbr_matches_brute_force_expected_utility():
+    import sacrebleu
+
+    rng = np.random.default_rng(5)
+    world = eng.make_world(rng, 3)
+    toks = rng.integers(0, world.T, (5, 4, eng.K_ITEMS))
+    sents = eng.render(toks, world.S)
+    assert sents[0, 0].split()[0] in sum(map(list, eng.WORDS[0]), []) + [eng.GENERIC_WORD]
+    for metric, fn in (("chrF", sacrebleu.sentence_chrf), ("BLEU", sacrebleu.sentence_bleu)):
+        choice, _ = eng.mbr_select(eng.lexical_utility(sents, metric))
+        for p in range(4):
+            exp_u = [np.mean([fn(sents[i, p], [sents[j, p]]).score for j in range(5) if j != i]) for i in range(5)]
+            best = max(exp_u)
+            assert exp_u[choice[p]] == pytest.approx(best)
+            assert choice[p] == min(i for i in range(5) if exp_u[i] >= best - 1e-9)
+
+
+def test_bon_claim_fails_when_reference_free_judge_knows_everything():
+    res = eng.run(eng.Config(p_know=1.0, iterations=0))
+    assert not eng.claims(res)[1].passed

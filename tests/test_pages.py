@@ -174,3 +174,25 @@ def test_every_paper_has_a_short_name():
     from engine.registry import SHORT
 
     assert set(SHORT) == {p.slug for p in PAPERS}
+
+
+def test_conflicting_widget_values_give_a_message_and_keep_the_page():
+    """A combination that the Config rejects (MoE-CL: pool N < clusters K) set through the widgets: a clear
+    message, the last working settings restored, no traceback, and the claims still shown."""
+    paper = next((p for p in BUILT if p.slug == "moe-continual"), None)
+    if paper is None:
+        pytest.skip("moe-continual not built")
+    at = _open(paper)
+    _widget(at, "moe-continual:pool").set_value(1)
+    at.run()
+    _no_exception(at)
+    assert any("do not fit together" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert _widget(at, "moe-continual:pool").value == 7
+    assert any("Claims" in s.value for s in at.subheader)
+    _widget(at, "moe-continual:clusters").set_value(1)
+    at.run()
+    _widget(at, "moe-continual:pool").set_value(1)
+    at.run()
+    _no_exception(at)
+    assert _widget(at, "moe-continual:pool").value == 1
+    assert not any("do not fit together" in w.value for w in at.warning)

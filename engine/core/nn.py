@@ -60,12 +60,14 @@ def train_loop(
     report_every: int = 10,
     grad_clip: float | None = None,
     cosine: bool = False,
+    before_step: Callable[[], None] | None = None,
 ) -> list[float]:
     """Minimise ``loss_fn(step)`` over ``steps`` optimiser steps; return the loss history.
 
     ``loss_fn`` builds its own batch from the step index, so the loop is shared by
     full-batch and minibatch engines alike (see ``batch_indices``). ``cosine`` anneals
-    the learning rate to zero over the run.
+    the learning rate to zero over the run. ``before_step`` runs between the backward pass
+    and the optimiser step (e.g. a custom gradient clipping).
     """
     params = list(params)
     opt = make_optimizer(params, optimizer, lr, weight_decay)
@@ -77,6 +79,8 @@ def train_loop(
         loss.backward()
         if grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(params, grad_clip)
+        if before_step is not None:
+            before_step()
         opt.step()
         if sched is not None:
             sched.step()

@@ -1,0 +1,760 @@
+"""RFWave at small scale: a multi-band rectified flow that generates complex STFT frames from a log-Mel.
+
+Signals are synthesised (speech-like harmonic signals with formants, noise bursts, tones and chirps) at
+8 kHz. The STFT, the Mel filterbank, Griffin-Lim and the Mel inversion come from librosa. A small
+ConvNeXt-style network, shared by all sub-bands (band index -> adaptive LayerNorm), predicts the
+velocity of a rectified flow from Gaussian noise (t = 0) to the equalised banded STFT (t = 1); sampling
+integrates it with a few Euler steps placed by the straightness of the trajectory.
+
+Training (no page can afford it live): ``python -m engine.rfwave train`` writes assets/rfwave/rfwave_small.pt.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.core import Bool, Choice, Claim, InputError, Int, param, report, seed_everything
+
+SR = 8000
+N_FFT = 256
+HOP = 64
+N_SAMPLES = 8192                 # 1.024 s
+N_FRAMES = N_SAMPLES // HOP + 1  # 129 (centred)
+N_BINS = 128                     # bins 0..127 are modelled; the Nyquist bin is set to 0
+N_MELS = 40
+NUM_BANDS = 4
+BAND = N_BINS // NUM_BANDS       # 32 interior bins per band
+OV = 4                           # overlap bins on each side
+BW = BAND + 2 * OV               # 40 bins per band
+CH = 2 * BW                      # re + im channels per band
+FLOOR = 1e-5
+CKPT_NAME = "rfwave/rfwave_small.pt"
+TRAIN_SEED0 = 1000
+EVAL_CLIPS = 8
+SWEEP_N = (1, 2, 4, 6, 10, 20, 50)
+FINE_STEPS = 40
+NOISE_FLOOR = 1e-3
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Synthetic audio
+# ----------------------------------------------------------------------------------------------------------
+
+def _smooth_track(rng, n, lo, hi, seg_lo, seg_hi):
+    """Piecewise-linear random targets in [lo, hi], a new one every seg_lo..seg_hi samples."""
+    knots_t, knots_v, t = [0], [rng.uniform(lo, hi)], 0
+    while t < n:
+        t += int(rng.uniform(seg_lo, seg_hi))
+        knots_t.append(t)
+        knots_v.append(rng.uniform(lo, hi))
+    return np.interp(np.arange(n), knots_t, knots_v)
+
+
+def synth_clip(seed: int, n: int = N_SAMPLES, sr: int = SR) -> np.ndarray:
+    """One seeded synthetic clip, peak 0.5: speech-like (80 %) or a tone / chirp sweep (20 %)."""
+    rng = np.random.default_rng(int(seed) + 7919)
+    t = np.arange(n) / sr
+    if rng.random() < 0.2:
+        f_a, f_b = rng.uniform(150, 3000, size=2)
+        kind = rng.integers(3)
+        if kind == 0:        # steady tone with two partials
+            f = np.full(n, f_a)
+        elif kind == 1:      # linear chirp
+            f = np.linspace(f_a, f_b, n)
+        else:                # exponential sweep
+            f = f_a * (f_b / f_a) ** (t / t[-1])
+        ph = 2 * np.pi * np.cumsum(f) / sr
+        x = np.sin(ph) + 0.3 * np.where(2 * f < 3900, np.sin(2 * ph + 1.0), 0.0)
+        env = np.clip(np.minimum(t, t[-1] - t) / 0.02, 0, 1)
+        x = x * env
+    else:
+        f0 = _smooth_track(rng, n, 90, 260, 0.15 * sr, 0.35 * sr)
+        f0 = f0 * (1 + 0.02 * np.sin(2 * np.pi * 5 * t + rng.uniform(0, 6.3)))
+        ph = 2 * np.pi * np.cumsum(f0) / sr
+        formants = [(_smooth_track(rng, n, lo, hi, 0.12 * sr, 0.25 * sr), bw)
+                    for lo, hi, bw in ((300, 900, 80), (900, 2500, 120), (2300, 3500, 180))]
+        x = np.zeros(n)
+        for k in range(1, 45):
+            fk = k * f0
+            live = fk < 3800
+            if not live.any():
+                break
+            amp = k ** -1.2 * sum(1.0 / (1 + ((fk - fc) / bw) ** 2) for fc, bw in formants)
+            x += np.where(live, amp * np.sin(k * ph), 0.0)
+        # syllables: raised-cosine envelopes with silent gaps
+        env = np.zeros(n)
+        pos = int(rng.uniform(0, 0.1) * sr)
+        while pos < n:
+            length = int(rng.uniform(0.12, 0.3) * sr)
+            seg = np.arange(length)
+            w = 0.5 - 0.5 * np.cos(2 * np.pi * seg / length)
+            end = min(n, pos + length)
+            env[pos:end] = np.maximum(env[pos:end], w[: end - pos])
+            pos += length + int(rng.uniform(0.03, 0.12) * sr)
+        x = x * env
+        # unvoiced bursts of band-limited noise (2-4 kHz)
+        for _ in range(rng.integers(1, 4)):
+            c = int(rng.uniform(0, n))
+            length = int(rng.uniform(0.03, 0.08) * sr)
+            noise = rng.standard_normal(n)
+            spec = np.fft.rfft(noise)
+            fr = np.fft.rfftfreq(n, 1 / sr)
+            spec[(fr < 2000) | (fr > 3900)] = 0
+            noise = np.fft.irfft(spec, n)
+            w = np.exp(-0.5 * ((np.arange(n) - c) / (length / 2)) ** 2)
+            x += 0.6 * np.max(np.abs(x) + 1e-9) * noise / (np.max(np.abs(noise)) + 1e-9) * w
+    x = x / (np.max(np.abs(x)) + 1e-9) * 0.5
+    x = x + NOISE_FLOOR * rng.standard_normal(n)     # a recording's noise floor (about -54 dB re peak)
+    return x.astype(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# STFT / Mel (librosa) and the banded representation
+# ----------------------------------------------------------------------------------------------------------
+
+def stft(x: np.ndarray) -> np.ndarray:
+    """Complex STFT (bins 0..128, frames) scaled by 1/sqrt(n_fft), Hann window, centred."""
+    import librosa
+
+    return librosa.stft(np.asarray(x, np.float32), n_fft=N_FFT, hop_length=HOP, window="hann",
+                        center=True) / math.sqrt(N_FFT)
+
+
+def istft(S: np.ndarray, length: int = N_SAMPLES) -> np.ndarray:
+    """Inverse of ``stft``; S may hold 128 bins (the Nyquist bin is then taken as 0)."""
+    import librosa
+
+    S = np.asarray(S)
+    if S.shape[-2] == N_BINS:
+        S = np.concatenate([S, np.zeros_like(S[..., :1, :])], axis=-2)
+    return librosa.istft(S * math.sqrt(N_FFT), hop_length=HOP, window="hann", center=True, length=length)
+
+
+_MEL = None
+
+
+def mel_basis() -> np.ndarray:
+    global _MEL
+    if _MEL is None:
+        import librosa
+
+        _MEL = librosa.filters.mel(sr=SR, n_fft=N_FFT, n_mels=N_MELS).astype(np.float32)
+    return _MEL
+
+
+def log_mel(S: np.ndarray) -> np.ndarray:
+    """log(max(M |S|, 1e-5)), shape (n_mels, frames)."""
+    return np.log(np.maximum(mel_basis() @ np.abs(S), FLOOR)).astype(np.float32)
+
+
+def split_bands(z):
+    """(..., 2, 128, T) -> (..., B, 2*BW, T): bands of 32 bins plus 4 overlap bins a side (zero-padded)."""
+    import torch
+
+    pad = torch.nn.functional.pad(z, (0, 0, OV, OV))
+    bands = [pad[..., :, i * BAND: i * BAND + BW, :] for i in range(NUM_BANDS)]
+    out = torch.stack(bands, dim=-4)                     # (..., B, 2, BW, T)
+    return out.reshape(*out.shape[:-3], CH, out.shape[-1])
+
+
+def merge_bands(zb):
+    """Inverse of split_bands: keep each band's interior bins (overlaps are dropped)."""
+    import torch
+
+    zb = zb.reshape(*zb.shape[:-2], 2, BW, zb.shape[-1])
+    return torch.cat([zb[..., i, :, OV:OV + BAND, :] for i in range(NUM_BANDS)], dim=-2)
+
+
+def to_channels(S: np.ndarray) -> np.ndarray:
+    """Complex (>=128 bins, T) -> real (2, 128, T)."""
+    S = S[:N_BINS]
+    return np.stack([S.real, S.imag]).astype(np.float32)
+
+
+def from_channels(z: np.ndarray) -> np.ndarray:
+    return z[0] + 1j * z[1]
+
+
+def lsd(ref: np.ndarray, est: np.ndarray) -> float:
+    """Log-spectral distance in dB between two waveforms, after STFT analysis of both."""
+    a = np.maximum(np.abs(stft(ref)[:N_BINS]), FLOOR)
+    b = np.maximum(np.abs(stft(est)[:N_BINS]), FLOOR)
+    d = 20 * np.log10(a) - 20 * np.log10(b)
+    return float(np.mean(np.sqrt(np.mean(d ** 2, axis=0))))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Network (small ConvNeXt-V2 backbone with band-conditioned adaptive LayerNorm)
+# ----------------------------------------------------------------------------------------------------------
+
+def _build_model(dim: int = 64, n_blocks: int = 4):
+    import torch
+    from torch import nn
+
+    class AdaLN(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.scale = nn.Embedding(NUM_BANDS, d)
+            self.shift = nn.Embedding(NUM_BANDS, d)
+            nn.init.ones_(self.scale.weight)
+            nn.init.zeros_(self.shift.weight)
+            self.d = d
+
+        def forward(self, x, band):          # x: (N, T, d)
+            x = nn.functional.layer_norm(x, (self.d,), eps=1e-6)
+            return x * self.scale(band)[:, None, :] + self.shift(band)[:, None, :]
+
+    class GRN(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.gamma = nn.Parameter(torch.zeros(1, 1, d))
+            self.beta = nn.Parameter(torch.zeros(1, 1, d))
+
+        def forward(self, x):                # x: (N, T, d)
+            g = torch.norm(x, p=2, dim=1, keepdim=True)
+            nx = g / (g.mean(dim=-1, keepdim=True) + 1e-6)
+            return self.gamma * (x * nx) + self.beta + x
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.dw = nn.Conv1d(d, d, 7, padding=3, groups=d)
+            self.norm = AdaLN(d)
+            self.pw1 = nn.Linear(d, 3 * d)
+            self.grn = GRN(3 * d)
+            self.pw2 = nn.Linear(3 * d, d)
+
+        def forward(self, x, band, temb):    # x: (N, d, T)
+            x = x + temb[:, :, None]
+            h = self.dw(x).transpose(1, 2)
+            h = self.pw2(self.grn(nn.functional.gelu(self.pw1(self.norm(h, band)))))
+            return x + h.transpose(1, 2)
+
+    class Backbone(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dim = dim
+            self.embed = nn.Conv1d(CH + N_MELS, dim, 7, padding=3)
+            self.norm0 = AdaLN(dim)
+            self.tmlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+            self.blocks = nn.ModuleList(Block(dim) for _ in range(n_blocks))
+            self.out_norm = nn.LayerNorm(dim, eps=1e-6)
+            self.out = nn.Linear(dim, CH)
+            # log-Mel standardisation (training-set statistics, set by the training script)
+            self.register_buffer("mel_mu", torch.zeros(1, N_MELS, 1))
+            self.register_buffer("mel_sd", torch.ones(1, N_MELS, 1))
+
+        def time_embedding(self, t):
+            half = self.dim // 2
+            freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=t.device) / half)
+            a = 1000.0 * t[:, None] * freqs[None]
+            return self.tmlp(torch.cat([torch.sin(a), torch.cos(a)], dim=1))
+
+        def forward(self, zt, t, mel, band):
+            """zt: (N, CH, T), t: (N,), mel: (N, N_MELS, T), band: (N,) long -> velocity (N, CH, T)."""
+            x = self.embed(torch.cat([zt, (mel - self.mel_mu) / self.mel_sd], dim=1))
+            x = self.norm0(x.transpose(1, 2), band).transpose(1, 2)
+            temb = self.time_embedding(t)
+            for blk in self.blocks:
+                x = blk(x, band, temb)
+            return self.out(self.out_norm(x.transpose(1, 2))).transpose(1, 2)
+
+    return Backbone()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Flow: equaliser, losses, sampler, time grids
+# ----------------------------------------------------------------------------------------------------------
+
+def frame_gain(mel):
+    """Per-frame level read off the log-Mel (known at inference): RMS of the Mel magnitudes, (..., T)."""
+    import torch
+
+    return torch.sqrt(torch.mean(torch.exp(2 * mel), dim=-2)) + 1e-4
+
+
+def equalise(z, mean, std, gain=None):
+    """(..., 2, 128, T) -> per-bin standardised values of S / gain (gain: per-frame level from the Mel)."""
+    if gain is not None:
+        z = z / gain[..., None, None, :]
+    return (z - mean[..., None]) / std[..., None]
+
+
+def unequalise(z, mean, std, gain=None):
+    z = z * std[..., None] + mean[..., None]
+    if gain is not None:
+        z = z * gain[..., None, None, :]
+    return z
+
+
+def rf_losses(model, z1b, mel, mean, std, t=None, z0=None, generator=None):
+    """RFWave training losses for a batch. z1b: (C, B, CH, T) equalised banded data, mel: (C, N_MELS, T)."""
+    import torch
+
+    nc, nb, ch, nt = z1b.shape
+    if z0 is None:
+        z0 = torch.randn(z1b.shape, generator=generator)
+    if t is None:
+        t = torch.rand(nc, generator=generator)
+    tt = t[:, None, None, None]
+    zt = tt * z1b + (1 - tt) * z0
+    u = z1b - z0
+    band = torch.arange(nb).repeat(nc)
+    uh = model(zt.reshape(nc * nb, ch, nt), t.repeat_interleave(nb), mel.repeat_interleave(nb, 0), band)
+    uh = uh.reshape(nc, nb, ch, nt)
+    # time/energy-balanced RF loss: per-frame scale from the target's variance over channels
+    scale = torch.sqrt(u.var(dim=2, keepdim=True) + 1e-6)
+    l_rf = torch.mean(((uh - u) / scale) ** 2)
+    # magnitude-domain STFT loss on the implied clean estimates
+    gain = frame_gain(mel)
+    s_hat = unequalise(merge_bands(z0 + uh), mean, std, gain)
+    s_ref = unequalise(merge_bands(z1b), mean, std, gain)
+    m_hat = torch.sqrt(s_hat[:, 0] ** 2 + s_hat[:, 1] ** 2 + 1e-10)
+    m_ref = torch.sqrt(s_ref[:, 0] ** 2 + s_ref[:, 1] ** 2 + 1e-10)
+    l_mag = torch.mean((torch.log10(m_hat.clamp_min(FLOOR)) - torch.log10(m_ref.clamp_min(FLOOR))) ** 2)
+    l_sc = torch.norm(m_hat - m_ref) / (torch.norm(m_ref) + 1.0)
+    # overlap loss: neighbours must agree where their bins coincide
+    est = (z0 + uh).reshape(nc, nb, 2, BW, nt)
+    right_ov = est[:, :-1, :, BAND + OV:, :]          # band i's right overlap bins
+    next_in = est[:, 1:, :, OV:2 * OV, :]            # band i+1's first interior bins
+    left_ov = est[:, 1:, :, :OV, :]                  # band i+1's left overlap bins
+    prev_in = est[:, :-1, :, BAND:BAND + OV, :]      # band i's last interior bins
+    l_ov = 0.5 * (torch.mean((right_ov - next_in) ** 2) + torch.mean((left_ov - prev_in) ** 2))
+    total = l_rf + 0.01 * (l_mag + l_sc + l_ov)
+    return total, {k: float(v.detach()) for k, v in (("rf", l_rf), ("mag", l_mag), ("sc", l_sc), ("overlap", l_ov))}
+
+
+def euler(velocity, z0, grid, trace=None):
+    """Integrate dz/dt = velocity(z, t) from grid[0] to grid[-1] with explicit Euler steps."""
+    z = z0
+    vs = []
+    for k in range(len(grid) - 1):
+        v = velocity(z, float(grid[k]))
+        vs.append(v)
+        z = z + v * float(grid[k + 1] - grid[k])
+        if trace is not None:
+            trace(k, z)
+    return z, vs
+
+
+def uniform_grid(n: int) -> np.ndarray:
+    return np.linspace(0.0, 1.0, int(n) + 1)
+
+
+def straightness_grid(curve_t: np.ndarray, s: np.ndarray, n: int) -> np.ndarray:
+    """Place n steps where the cumulative straightness C(t) crosses k/n of its total (nearest fine point)."""
+    c = np.concatenate([[0.0], np.cumsum(s)])
+    c = c / max(c[-1], 1e-12)
+    fine = np.concatenate([curve_t, [1.0]])
+    pts = [0.0]
+    for k in range(1, n):
+        j = int(np.argmin(np.abs(c - k / n)))
+        tk = float(fine[j])
+        pts.append(tk)
+    pts.append(1.0)
+    pts = np.unique(np.round(pts, 6))
+    # if two crossings hit the same fine point, fill the gap with uniform points
+    while len(pts) < n + 1:
+        gaps = np.diff(pts)
+        i = int(np.argmax(gaps))
+        pts = np.sort(np.append(pts, 0.5 * (pts[i] + pts[i + 1])))
+    return pts
+
+
+class Vocoder:
+    """The trained model plus the equaliser statistics and stored time grids."""
+
+    def __init__(self, model, mean, std, grids: dict[int, np.ndarray] | None = None, curve=None, meta=None):
+        self.model = model
+        self.mean = mean
+        self.std = std
+        self.grids = grids or {}
+        self.curve = curve           # (t_k, S_k) of the fine calibration pass
+        self.meta = meta or {}
+
+    def prepare(self, clips: list[np.ndarray]):
+        import torch
+
+        S = [stft(x) for x in clips]
+        mel = torch.tensor(np.stack([log_mel(s) for s in S]))
+        return S, mel
+
+    def sample(self, mel, n_steps: int | None = None, grid=None, noise_seed: int = 0, trace=None,
+               return_velocities: bool = False):
+        """All bands of all clips in one batch: (C, N_MELS, T) -> complex STFTs (C, 128, T)."""
+        import torch
+
+        nc, _, nt = mel.shape
+        grid = uniform_grid(n_steps) if grid is None else np.asarray(grid)
+        g = torch.Generator().manual_seed(int(noise_seed))
+        z0 = torch.randn((nc * NUM_BANDS, CH, nt), generator=g)
+        band = torch.arange(NUM_BANDS).repeat(nc)
+        melb = mel.repeat_interleave(NUM_BANDS, 0)
+
+        def velocity(z, t):
+            return self.model(z, torch.full((z.shape[0],), t), melb, band)
+
+        with torch.inference_mode():
+            z, vs = euler(velocity, z0, grid, trace=trace)
+            s = unequalise(merge_bands(z.reshape(nc, NUM_BANDS, CH, nt)), self.mean, self.std,
+                           frame_gain(mel)).numpy()
+        out = s[:, 0] + 1j * s[:, 1]
+        if return_velocities:
+            return out, [v.numpy() for v in vs]
+        return out
+
+    def grid(self, kind: str, n: int) -> np.ndarray:
+        if kind == "uniform":
+            return uniform_grid(n)
+        if kind == "reversed":
+            return (1.0 - self.grid("straightness", n))[::-1].copy()
+        if n in self.grids:
+            return self.grids[n]
+        t, s = self.curve
+        return straightness_grid(t, s, n)
+
+    def calibrate(self, mel, noise_seed: int = 0):
+        """Fine uniform Euler pass; S_k = mean |v_k - v_final|; returns (t_k, S_k)."""
+        _, vs = self.sample(mel, n_steps=FINE_STEPS, noise_seed=noise_seed, return_velocities=True)
+        vf = vs[-1]
+        s = np.array([float(np.mean(np.abs(v - vf))) for v in vs])
+        return uniform_grid(FINE_STEPS)[:-1], s
+
+
+_VOCODER = None
+
+
+def load_vocoder() -> Vocoder:
+    global _VOCODER
+    if _VOCODER is None:
+        import torch
+
+        from engine.core.nn import asset_path, load_state, set_cpu_threads
+
+        set_cpu_threads()
+        path = asset_path(CKPT_NAME)
+        if not path.exists():
+            raise InputError(f"The RFWave checkpoint {path.name} is missing; run `python -m engine.rfwave train`.")
+        ck = load_state(path)
+        ex = ck["extra"]
+        model = _build_model(int(ex["dim"]), int(ex["n_blocks"]))
+        model.load_state_dict(ck["state"])
+        model.eval()
+        grids = {int(k): np.asarray(v, dtype=np.float64) for k, v in zip(ex["grid_n"].tolist(),
+                                                                           _unpack_grids(ex["grids"]))}
+        _VOCODER = Vocoder(model, ex["mean"].float(), ex["std"].float(), grids,
+                           (ex["curve_t"].numpy(), ex["curve_s"].numpy()),
+                           {k: float(v) for k, v in ex.items() if isinstance(v, float | int)})
+        torch.set_grad_enabled(True)
+    return _VOCODER
+
+
+def _pack_grids(grids: dict[int, np.ndarray]):
+    import torch
+
+    rows = torch.full((len(grids), 101), -1.0, dtype=torch.float64)
+    for i, n in enumerate(sorted(grids)):
+        rows[i, : len(grids[n])] = torch.tensor(grids[n])
+    return rows
+
+
+def _unpack_grids(rows):
+    return [r[r >= 0].numpy() for r in rows]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Engine contract
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Config:
+    clip: int = param(0, Int(0, EVAL_CLIPS - 1, "Test clip", help="held-out synthetic clip (seed 0-7; "
+                                                                     "training used seeds 1000+)"))
+    n_steps: int = param(10, Int(1, 100, "Euler steps N", help="network evaluations of the flow sampler"))
+    grid: str = param("straightness", Choice(("straightness", "uniform"), "Time grid",
+                                             help="where the N steps are placed in t ∈ [0, 1]",
+                                             widget="radio"))
+    gl_iters: int = param(32, Int(1, 100, "Griffin-Lim iterations", help="for the Griffin-Lim audio and "
+                                                                          "spectrogram shown below"))
+    seed: int = param(0, Int(0, 99, "Noise seed", help="z0 ~ N(0, I); changes the phase realisation"))
+    n_eval: int = param(2, Int(1, EVAL_CLIPS, "Clips in the claims", help="claims average over clips 0..n-1",
+                               group="Advanced"))
+    sweep: bool = param(False, Bool("Full quality-vs-steps sweep", help="N ∈ {1,2,4,6,10,20,50} on both grids",
+                                    group="Advanced"))
+    recompute: bool = param(False, Bool("Recompute straightness grid", help="rerun the 40-step calibration "
+                                        "pass on the shown clip instead of the stored grids",
+                                        group="Advanced"))
+
+
+@dataclass
+class Result:
+    config: Config
+    audio: dict[str, np.ndarray]            # original / RFWave / Griffin-Lim (shown clip)
+    spec_db: dict[str, np.ndarray]          # 20 log10 |S| (128 x T) of each, re-analysed
+    grid: np.ndarray                        # time points used for the shown run
+    curve_t: np.ndarray
+    curve_s: np.ndarray
+    sweep: dict[str, dict[int, float]]      # grid -> {N: LSD}
+    traj: dict[int, np.ndarray]             # N -> complex path of one (frame, bin) value
+    traj_target: complex
+    traj_point: tuple[int, int]
+    table: list[dict]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _griffin_lim(mel_log: np.ndarray, n_iter: int, random_phase: bool = False, seed: int = 0) -> np.ndarray:
+    """Mel -> waveform with librosa: NNLS mel inversion, then Griffin-Lim (or one random phase)."""
+    import librosa
+
+    mel_mag = np.exp(mel_log) * math.sqrt(N_FFT)      # librosa's (unscaled) STFT magnitude domain
+    mag = librosa.feature.inverse.mel_to_stft(mel_mag, sr=SR, n_fft=N_FFT, power=1.0)
+    if random_phase:
+        ph = np.random.default_rng(seed).uniform(0, 2 * np.pi, size=mag.shape)
+        return librosa.istft(mag * np.exp(1j * ph), hop_length=HOP, window="hann", length=N_SAMPLES)
+    return librosa.griffinlim(mag, n_iter=int(n_iter), hop_length=HOP, window="hann", length=N_SAMPLES,
+                              init="random", random_state=seed)
+
+
+def _db(x: np.ndarray) -> np.ndarray:
+    return (20 * np.log10(np.maximum(np.abs(stft(x)[:N_BINS]), FLOOR))).astype(np.float32)
+
+
+def run(config: Config, progress=None) -> Result:
+    import torch
+
+    from engine.core import get_device
+
+    seed_everything(config.seed)
+    get_device()                          # CPU here; the model is tiny, so inference stays on CPU
+    voc = load_vocoder()
+    eval_ids = list(range(config.n_eval))
+    clip_ids = eval_ids + ([config.clip] if config.clip not in eval_ids else [])
+    clips = [synth_clip(i) for i in clip_ids]
+    S, mel = voc.prepare(clips)
+    ci = clip_ids.index(config.clip)
+    ne = len(eval_ids)
+
+    report(progress, 0.02, "sampling")
+    curve_t, curve_s = voc.curve
+    if config.recompute:
+        curve_t, curve_s = voc.calibrate(mel[ci:ci + 1], noise_seed=config.seed)
+        voc_grid = Vocoder(voc.model, voc.mean, voc.std, {}, (curve_t, curve_s))
+    else:
+        voc_grid = voc
+
+    def wave_lsd(Ss, ids):
+        outs = [istft(s) for s in Ss]
+        return outs, float(np.mean([lsd(clips[i], o) for i, o in zip(ids, outs)]))
+
+    # the shown run (timed for the real-time factor): mel -> STFT of every band at once -> iSTFT
+    grid_main = voc_grid.grid(config.grid, config.n_steps)
+    trace_pt = (int(np.argmax(np.abs(S[ci][:N_BINS]).max(axis=0))), 0)
+    fr = trace_pt[0]
+    fbin = int(np.argmax(np.abs(S[ci][:N_BINS, fr])))
+    trace_pt = (fr, fbin)
+    t0 = time.perf_counter()
+    out_main = voc_grid.sample(mel[ci:ci + 1], grid=grid_main, noise_seed=config.seed)
+    wav_main = istft(out_main[0])
+    rtf = (time.perf_counter() - t0) / (N_SAMPLES / SR)
+    report(progress, 0.15, "claims: comparison runs")
+
+    # comparison runs: all clips (eval + shown) in one batch, all bands at once; noise seeds seed, seed+1
+    runs: dict[tuple[str, int, int], float] = {}
+    needed = [("uniform", 1, 0), ("straightness", 10, 0), ("uniform", 50, 0)]
+    needed += [(g, 4, s) for g in ("straightness", "uniform", "reversed") for s in (0, 1)]
+    if config.sweep:
+        needed += [(g, n, 0) for g in ("straightness", "uniform") for n in SWEEP_N]
+    traced = {(config.grid, 4, 0): 4, (config.grid, 10, 0): 10, ("uniform", 50, 0): 50}
+    needed += [k for k in traced if k not in needed]
+    needed = list(dict.fromkeys(needed))
+    traj: dict[int, np.ndarray] = {}
+    nb_all = len(clip_ids)
+
+    def _point(z):
+        zz = unequalise(merge_bands(z.reshape(nb_all, NUM_BANDS, CH, -1)[ci:ci + 1]), voc.mean, voc.std,
+                        frame_gain(mel[ci:ci + 1]))[0]
+        return complex(float(zz[0, fbin, fr]), float(zz[1, fbin, fr]))
+
+    for j, (g, n, s) in enumerate(needed):
+        pts: list[complex] = []
+        tr = None
+        if (g, n, s) in traced:
+            gz = torch.Generator().manual_seed(int(config.seed + s))
+            pts.append(_point(torch.randn((nb_all * NUM_BANDS, CH, N_FRAMES), generator=gz)))
+
+            def tr(k, z, pts=pts):
+                pts.append(_point(z))
+        out = voc_grid.sample(mel, grid=voc_grid.grid(g, n), noise_seed=config.seed + s, trace=tr)
+        if (g, n, s) in traced:
+            traj[traced[(g, n, s)]] = np.array(pts)
+        _, runs[(g, n, s)] = wave_lsd(out[:ne], eval_ids)
+        report(progress, 0.15 + 0.7 * (j + 1) / len(needed), f"comparison run {j + 1}/{len(needed)}: {g}, N={n}")
+    report(progress, 0.85, "baselines (librosa)")
+
+    # baselines on the eval clips: random phase, Griffin-Lim at equal iterations (= N = 10)
+    mel_np = mel.numpy()
+    rp = float(np.mean([lsd(clips[i], _griffin_lim(mel_np[i], 0, random_phase=True, seed=config.seed))
+                        for i in eval_ids]))
+    gl_eq = float(np.mean([lsd(clips[i], _griffin_lim(mel_np[i], 10, seed=config.seed)) for i in eval_ids]))
+    wav_gl = _griffin_lim(mel_np[ci], config.gl_iters, seed=config.seed)
+    t_gl = time.perf_counter()
+    _griffin_lim(mel_np[ci], config.gl_iters, seed=config.seed)
+    rtf_gl = (time.perf_counter() - t_gl) / (N_SAMPLES / SR)
+
+    lsd_main = lsd(clips[ci], wav_main)
+    lsd_gl = lsd(clips[ci], wav_gl)
+    orig = clips[ci]
+    mel_l1 = {name: float(np.mean(np.abs(log_mel(stft(w)) - log_mel(stft(orig)))))
+              for name, w in (("RFWave", wav_main), ("Griffin-Lim", wav_gl))}
+    st_m = {k[0]: {} for k in runs}
+    for (g, n, s), v in runs.items():
+        if s == 0:
+            st_m.setdefault(g, {})[n] = v
+    sweep = {g: dict(sorted(d.items())) for g, d in st_m.items()}
+
+    st4 = 0.5 * (runs[("straightness", 4, 0)] + runs[("straightness", 4, 1)])
+    un4 = 0.5 * (runs[("uniform", 4, 0)] + runs[("uniform", 4, 1)])
+    rv4 = 0.5 * (runs[("reversed", 4, 0)] + runs[("reversed", 4, 1)])
+    metrics = {
+        "lsd_n1": runs[("uniform", 1, 0)], "lsd_n10": runs[("straightness", 10, 0)],
+        "lsd_n50": runs[("uniform", 50, 0)], "lsd_straight4": st4, "lsd_uniform4": un4, "lsd_reversed4": rv4,
+        "lsd_random_phase": rp, "lsd_gl10": gl_eq, "lsd_shown": lsd_main, "lsd_gl_shown": lsd_gl,
+        "rtf": rtf, "rtf_gl": rtf_gl,
+        "positions_frames_bands": float(N_FRAMES * NUM_BANDS), "positions_samples": float(N_SAMPLES),
+    }
+    table = [
+        {"method": f"RFWave ({config.grid}, N={config.n_steps})", "LSD (dB)": lsd_main,
+         "log-Mel L1": mel_l1["RFWave"], "real-time factor": rtf,
+         "network positions per call": N_FRAMES * NUM_BANDS, "network calls": config.n_steps},
+        {"method": f"Griffin-Lim ({config.gl_iters} it.)", "LSD (dB)": lsd_gl, "log-Mel L1": mel_l1["Griffin-Lim"],
+         "real-time factor": rtf_gl, "network positions per call": 0, "network calls": 0},
+        {"method": "sample-level model (for scale)", "LSD (dB)": float("nan"), "log-Mel L1": float("nan"),
+         "real-time factor": float("nan"), "network positions per call": N_SAMPLES,
+         "network calls": config.n_steps},
+    ]
+    report(progress, 1.0, "done")
+    return Result(config=config,
+                  audio={"original": orig, "RFWave": wav_main.astype(np.float32),
+                         "Griffin-Lim": wav_gl.astype(np.float32)},
+                  spec_db={"original": _db(orig), "RFWave": _db(wav_main), "Griffin-Lim": _db(wav_gl)},
+                  grid=np.asarray(grid_main), curve_t=np.asarray(curve_t), curve_s=np.asarray(curve_s),
+                  sweep=sweep, traj=traj, traj_target=complex(S[ci][fbin, fr]), traj_point=(fr, fbin),
+                  table=table, metrics=metrics)
+
+
+TIMING_CLAIM_LABELS = ("real-time factor",)
+
+
+def claims(result: Result) -> list[Claim]:
+    m = result.metrics
+    n_eval = result.config.n_eval
+    return [
+        Claim("A straight flow needs few steps: 10 Euler steps (straightness grid) are within 10 % of 50 "
+              "uniform steps", m["lsd_n10"] / m["lsd_n50"], "<=", 1.10, label="LSD(N=10) / LSD(N=50)",
+              detail=f"{m['lsd_n10']:.2f} vs {m['lsd_n50']:.2f} dB, mean over {n_eval} held-out clip(s)",
+              fmt=".3f"),
+        Claim("…and one step is not enough: a single Euler step gives the blurry average",
+              m["lsd_n1"] / m["lsd_n10"], ">=", 1.25, label="LSD(N=1) / LSD(N=10)",
+              detail=f"{m['lsd_n1']:.2f} vs {m['lsd_n10']:.2f} dB", fmt=".3f"),
+        Claim("Generating the complex spectrogram beats magnitude-only inversion with random phase",
+              m["lsd_n10"] / m["lsd_random_phase"], "<=", 0.8, label="LSD(RFWave) / LSD(random phase)",
+              detail=f"{m['lsd_n10']:.2f} vs {m['lsd_random_phase']:.2f} dB", fmt=".3f"),
+        Claim("At equal steps RFWave (10 Euler steps) has a lower spectral distance than Griffin-Lim "
+              "(10 iterations)", m["lsd_n10"] / m["lsd_gl10"], "<", 1.0, label="LSD(RFWave) / LSD(Griffin-Lim)",
+              detail=f"{m['lsd_n10']:.2f} vs {m['lsd_gl10']:.2f} dB", fmt=".3f"),
+        Claim("Time points chosen by straightness beat uniform ones at N = 4",
+              m["lsd_straight4"] / m["lsd_uniform4"], "<", 1.0, label="LSD(straightness) / LSD(uniform)",
+              detail=f"{m['lsd_straight4']:.2f} vs {m['lsd_uniform4']:.2f} dB (reversed grid, the negative "
+                     f"control: {m['lsd_reversed4']:.2f} dB), noise seeds 0 and 1", fmt=".3f"),
+        Claim("Faster than real time on this CPU (timing, machine-dependent)", m["rtf"], "<", 1.0,
+              label="real-time factor", detail="wall time of sampling + iSTFT / audio duration, one thread",
+              fmt=".3f"),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Training script
+# ----------------------------------------------------------------------------------------------------------
+
+def train(steps: int = 2000, n_clips: int = 512, batch: int = 8, crop: int = 64, dim: int = 64,
+          n_blocks: int = 4, lr: float = 1.5e-3, seed: int = 0, time_limit: float = 420.0) -> None:
+    import torch
+
+    from engine.core.nn import asset_path, make_optimizer, save_state, set_cpu_threads
+
+    set_cpu_threads()
+    seed_everything(seed, torch_too=True)
+    t_start = time.time()
+    clips = [synth_clip(TRAIN_SEED0 + i) for i in range(n_clips)]
+    S = [stft(x) for x in clips]
+    Z = torch.tensor(np.stack([to_channels(s) for s in S]))            # (n, 2, 128, T)
+    MEL = torch.tensor(np.stack([log_mel(s) for s in S]))
+    G = frame_gain(MEL)
+    Zg = Z / G[:, None, None, :]
+    mean = Zg.mean(dim=(0, 3))
+    std = Zg.std(dim=(0, 3)).clamp_min(1e-4)
+    ZB = split_bands(equalise(Z, mean, std, G))                           # (n, B, CH, T)
+    print(f"data ready in {time.time() - t_start:.1f}s", flush=True)
+    model = _build_model(dim, n_blocks)
+    model.mel_mu.copy_(MEL.mean(dim=(0, 2))[None, :, None])
+    model.mel_sd.copy_(MEL.std(dim=(0, 2)).clamp_min(1e-3)[None, :, None])
+    print("parameters:", sum(p.numel() for p in model.parameters()), flush=True)
+    opt = make_optimizer(model.parameters(), "adamw", lr=lr, weight_decay=0.01)
+    warm = max(1, steps // 15)
+
+    def lr_at(k):
+        if k < warm:
+            return lr * (k + 1) / warm
+        p = (k - warm) / max(1, steps - warm)
+        return 1e-5 + 0.5 * (lr - 1e-5) * (1 + math.cos(math.pi * p))
+
+    gen = torch.Generator().manual_seed(seed)
+    hist = []
+    for k in range(steps):
+        for gr in opt.param_groups:
+            gr["lr"] = lr_at(k)
+        idx = torch.randint(0, n_clips, (batch,), generator=gen)
+        off = int(torch.randint(0, N_FRAMES - crop + 1, (1,), generator=gen))
+        loss, parts = rf_losses(model, ZB[idx, :, :, off:off + crop], MEL[idx, :, off:off + crop], mean, std,
+                                generator=gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        hist.append(parts["rf"])
+        if k % 50 == 0:
+            print(f"step {k} loss {np.mean(hist[-50:]):.4f} {time.time() - t_start:.0f}s", flush=True)
+        if time.time() - t_start > time_limit:
+            print(f"time limit reached at step {k}", flush=True)
+            break
+    model.eval()
+    voc = Vocoder(model, mean, std)
+    cal = [synth_clip(TRAIN_SEED0 + n_clips + i) for i in range(2)]    # calibration clips, still >= 1000
+    _, mel_cal = voc.prepare(cal)
+    curve_t, curve_s = voc.calibrate(mel_cal, noise_seed=0)
+    grids = {n: straightness_grid(curve_t, curve_s, n) for n in range(2, 101)}
+    grids[1] = uniform_grid(1)
+    print("grid N=10:", np.round(grids[10], 3), flush=True)
+    save_state(model, asset_path(CKPT_NAME), extra={
+        "mean": mean, "std": std, "dim": dim, "n_blocks": n_blocks, "steps_done": len(hist),
+        "grid_n": torch.tensor(sorted(grids)), "grids": _pack_grids(grids),
+        "curve_t": torch.tensor(curve_t), "curve_s": torch.tensor(curve_s),
+        "final_rf_loss": float(np.mean(hist[-100:])),
+    })
+    print(f"saved {asset_path(CKPT_NAME)} after {time.time() - t_start:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "train":
+        kw = {}
+        for a in sys.argv[2:]:
+            k, v = a.split("=")
+            kw[k] = float(v) if "." in v else int(v)
+        train(**kw)
+    else:
+        print("usage: python -m engine.rfwave train [steps=2000 lr=0.0015 ...]")

@@ -1,0 +1,122 @@
+"""DPA-OMF engine: claims at the default config, and checks against independent computations."""
+
+import math
+
+import numpy as np
+import ot
+import pytest
+import torch
+
+from engine import implicit_preference_motion as eng
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    claims = eng.claims(default_result)
+    assert len(claims) == 5
+    failed = [c.describe() for c in claims if not c.passed]
+    assert not failed, failed
+
+
+def test_reference_checkpoint_loads_and_is_calibrated():
+    from engine.core.nn import asset_path, load_state
+    path = asset_path(eng.CKPT_NAME)
+    assert path.exists() and path.stat().st_size < 2 * 2**20
+    ck = load_state(path)
+    assert 0.05 <= float(ck["extra"]["failure_rate"]) <= 0.30
+    pol = eng.load_reference()
+    assert sum(p.numel() for p in pol.parameters()) < 5000
+
+
+def test_sinkhorn_matches_pot_and_is_above_emd():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 24, 3))
+    Y = rng.normal(size=(20, 30, 3)) + 0.5
+    ours, eps = eng.sinkhorn_batch(X, Y)
+    a, b = np.full(24, 1 / 24), np.full(30, 1 / 30)
+    for i in range(20):
+        M = ((X[i][:, None] - Y[i][None]) ** 2).sum(-1)
+        ref = ot.sinkhorn2(a, b, M, eps[i], method="sinkhorn_log", numItermax=5000, stopThr=1e-12)
+        assert abs(ours[i] - ref) / ref < 1e-3
+        assert ours[i] >= ot.emd2(a, b, M) - 1e-9
+    # the entropic bias shrinks as eps -> 0
+    M0 = ((X[0][:, None] - Y[0][None]) ** 2).sum(-1)
+    gaps = [eng.sinkhorn_batch(X[:1], Y[:1], eps_frac=f, iters=2000)[0][0] - ot.emd2(a, b, M0)
+            for f in (0.2, 0.05, 0.01)]
+    assert gaps[0] > gaps[1] > gaps[2] >= -1e-6
+
+
+def test_expert_is_its_own_closest_candidate():
+    bank = eng.scene_bank(range(10_000, 10_008))
+    exp = bank["states"]
+    d_self = eng.omf_distance(exp, exp, 3.0)
+    d_other = eng.omf_distance(exp, np.roll(exp, 1, 0), 3.0)
+    assert np.all(d_self < d_other)
+
+
+def test_dpo_loss_hand_computation():
+    lp_w = torch.tensor([-10.0, -3.0], requires_grad=True)
+    lp_l = torch.tensor([-12.0, -2.0])
+    ref_w, ref_l = torch.tensor([-11.0, -3.5]), torch.tensor([-11.5, -2.5])
+    beta = 0.1
+    loss = eng.dpo_loss(lp_w, lp_l, ref_w, ref_l, beta)
+    deltas = [((-10 + 11) - (-12 + 11.5)), ((-3 + 3.5) - (-2 + 2.5))]
+    hand = np.mean([-math.log(1 / (1 + math.exp(-beta * d))) for d in deltas])
+    assert abs(loss.item() - hand) < 1e-6
+    loss.backward()
+    expect = [-beta / (1 + math.exp(beta * d)) / 2 for d in deltas]   # -beta*sigma(-beta*Delta), mean over 2
+    assert np.allclose(lp_w.grad.numpy(), expect, atol=1e-7)
+    # at initialisation (pi_theta = pi_ref) every pair gives log 2
+    z = torch.randn(5)
+    assert abs(eng.dpo_loss(z, z + 1, z, z + 1, 0.3).item() - math.log(2)) < 1e-7
+
+
+def test_expert_logs_clean_and_tokens_replay():
+    bank = eng.scene_bank(range(0, 100))
+    coll, off = eng.events(bank["states"])
+    assert (coll.any(1) | off.any(1)).mean() <= 0.01
+    for k in range(5):
+        sc = eng.make_scene(k)
+        x, y, v = sc["x"], sc["y"], sc["v"]
+        for t in range(eng.HORIZON):
+            x, y, v = eng.step_np(x, y, v, bank["tokens"][k, t])
+        assert np.allclose(np.stack([x, y, v], -1), bank["states"][k, -1])
+
+
+def test_teacher_forced_logp_equals_sampled_logp():
+    pol = eng.load_reference()
+    bank = eng.scene_bank(range(0, 6))
+    S, F, T, L = eng.rollout(pol, torch.as_tensor(bank["init"], dtype=torch.float32), torch.Generator().manual_seed(1))
+    tf = eng.traj_logp(pol, eng.expert_features(S), T)        # features recomputed from stored states
+    assert torch.allclose(tf, L.sum((1, 2)), atol=1e-4)
+
+
+def test_event_detectors_on_hand_built_boxes():
+    s = np.zeros((1, 4, 3))
+    s[0, :, 0] = [0.0, 4.0, 20.0, 40.0]        # cars 0 and 1 overlap (dx 4 < 4.5)
+    s[0, :, 1] = [0.0, 1.0, 3.5, 8.0]          # dy 1 < 1.8; car 3's top edge 8.9 > 8.75: off-road
+    coll, off = eng.events(s)
+    assert coll[0].tolist() == [True, True, False, False]
+    assert off[0].tolist() == [False, False, False, True]
+    s[0, 1, 1] = 1.9                           # dy 1.9 >= 1.8: side by side, no overlap
+    coll, _ = eng.events(s)
+    assert not coll.any()
+
+
+def test_zero_dpo_steps_fails_claims_one_and_two():
+    r = eng.run(eng.Config(dpo_steps=0, n_scenes=32))
+    c = eng.claims(r)
+    assert not c[0].passed and not c[1].passed and not c[2].passed   # the reference itself fails
+
+
+def test_stored_expert_logs_match_the_generator():
+    train, held = eng._banks()
+    fresh = eng.scene_bank([3, 250, 10_000, 10_063])
+    stored_s = np.stack([train["states"][3], train["states"][250], held["states"][0], held["states"][63]])
+    stored_t = np.stack([train["tokens"][3], train["tokens"][250], held["tokens"][0], held["tokens"][63]])
+    assert np.allclose(stored_s, fresh["states"], atol=1e-3)
+    assert np.array_equal(stored_t, fresh["tokens"])
