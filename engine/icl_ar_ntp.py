@@ -5,7 +5,8 @@ Haar-orthogonal), so every topic's stationary covariance is the identity. A smal
 pre-trained by next-token prediction on ``K`` topics x ``N`` sequences each and then asked to continue
 sequences from topics it never saw: any skill it shows there is in-context learning. The engine compares
 it with closed-form references (oracle, zero predictor, in-context ridge, Bayes mixture over the training
-topics) and measures how unseen-topic error and the generalization gap change with ``K``.
+topics) and measures how unseen-topic error and the generalization gap change with ``K``. It also
+evaluates a numeric two-level PAC-Bayesian bound on the gap for each trained model (``pac_bayes_bound``).
 
 ``python -m engine.icl_ar_ntp train`` trains the shipped compute-matched grid into ``assets/icl-ar-ntp/``;
 ``run`` loads it (default) or trains one small model live. Pure compute, no streamlit.
@@ -171,9 +172,31 @@ def model_predictions(model, x: np.ndarray, device=None) -> np.ndarray:
     import torch
 
     model.eval()
+    device = device if device is not None else next(model.parameters()).device
     with torch.no_grad():
         xt = torch.as_tensor(x[:, :-1], dtype=torch.float32, device=device)
         return model(xt).double().cpu().numpy()
+
+
+def run_seed(K: int, seed: int) -> int:
+    """The one integer that seeds a training run: its data (numpy) and its initial weights (torch)."""
+    return seed * 1_000 + K
+
+
+def training_set(K: int, N: int, T: int, seed: int, rho: float = RHO) -> tuple[np.ndarray, np.ndarray]:
+    """The pre-training set D of a run: K topic matrices and K x N sequences (regenerated exactly)."""
+    rng = np.random.default_rng(run_seed(K, seed))
+    W = make_topics(rng, K, rho)
+    return W, simulate(rng, W, np.repeat(np.arange(K), N), T, rho)
+
+
+def initial_model(K: int, T: int, seed: int):
+    """The weights a run starts from (drawn before any data is seen): the centre of the PAC-Bayes prior."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(run_seed(K, seed))
+        return build_model(T)
 
 
 def train_model(K: int, N: int, T: int, steps: int, seed: int, rho: float = RHO, progress=None,
@@ -185,12 +208,11 @@ def train_model(K: int, N: int, T: int, steps: int, seed: int, rho: float = RHO,
     from engine.core.nn import set_cpu_threads
 
     set_cpu_threads()
-    rng = seed_everything(seed * 1_000 + K)
+    seed_everything(run_seed(K, seed), torch_too=True)
     device = get_device()
-    W = make_topics(rng, K, rho)
-    idx = np.repeat(np.arange(K), N)
-    data = torch.as_tensor(simulate(rng, W, idx, T, rho), dtype=torch.float32, device=device)
-    model = build_model(T).to(device)
+    W, x = training_set(K, N, T, seed, rho)
+    data = torch.as_tensor(x, dtype=torch.float32, device=device)
+    model = build_model(T).to(device)    # same torch seed as initial_model(K, T, seed)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, steps))
     g = torch.Generator().manual_seed(seed)
@@ -297,6 +319,120 @@ def evaluate(model, W_train: np.ndarray, T: int, seed: int, rho: float = RHO, ri
     }
 
 
+# ----------------------------------------------------------------------------------------------
+# A numeric two-level PAC-Bayesian bound (topics, then sequences within topics)
+# ----------------------------------------------------------------------------------------------
+# Loss of a weight vector w on one sequence x: l(w, x) = min(C, mean_t ||f_w(x_{1:t}) - x_{t+1}||^2 / d).
+# Prior P = N(w0, s_p^2 I) around the initial weights w0 (drawn before any data); posterior
+# Q = N(w_hat, s^2 I) around the trained weights. The K topics are i.i.d. and, given the topics, the K*N
+# sequences are independent. For every (s, s_p, lambda) on the grids, with probability >= 1 - delta:
+#   sequence level: Rbar(Q) - Rhat(Q) <= (KL + ln(|grids| / delta_1)) / lambda + lambda C^2 / (8 K N)
+#   topic level:    R(Q)    - Rbar(Q) <= (KL + ln(|grids| / delta_2)) / lambda + lambda C^2 / (8 K)
+# (Donsker-Varadhan plus Hoeffding's lemma for independent terms in [0, C]). Rhat: training sequences,
+# Rbar: fresh sequences of the training topics, R: fresh topics; |grids| = |s grid| |s_p grid| |lambda grid|,
+# delta_1 = delta_2 = delta / 2. The union bound lets s, s_p and lambda be picked after seeing the data.
+
+CLIP = 4.0                 # loss clipped at C = 4 (the zero predictor scores 1), so the bound applies
+BOUND_DELTA = 0.05         # total failure probability, half for each level
+SIGMA_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)   # posterior and prior stds, declared in advance
+LAMBDA_GRID = 2.0 ** np.arange(0, 41)
+SHARP_TOL = 0.10           # pick the largest s whose noisy weights raise the training loss by <= 10 %
+SCAN_DRAWS, SCAN_BATCH = 1, 32      # posterior draws x training sequences per grid value in the s scan
+MC_DRAWS, MC_BATCH = 4, 32          # posterior draws x sequences for the measured gap of the posterior
+
+
+def gaussian_kl(mu_q: np.ndarray, s_q: float, mu_p: np.ndarray, s_p: float) -> float:
+    """KL( N(mu_q, s_q^2 I) || N(mu_p, s_p^2 I) ) in nats, closed form."""
+    n = mu_q.size
+    d2 = float(np.sum((np.asarray(mu_q, float) - np.asarray(mu_p, float)) ** 2))
+    return float(n * (math.log(s_p / s_q) + s_q ** 2 / (2 * s_p ** 2) - 0.5) + d2 / (2 * s_p ** 2))
+
+
+def pac_bayes_term(kl: float, n: int, delta: float, clip: float = CLIP, n_other: int = 1) -> tuple[float, float]:
+    """min over the lambda grid of (KL + ln(n_other |grid| / delta)) / lambda + lambda clip^2 / (8 n).
+
+    n_other: size of the other grids covered by the same union bound. Returns (term, lambda used).
+    """
+    lam = LAMBDA_GRID
+    vals = (kl + math.log(n_other * len(lam) / delta)) / lam + lam * clip ** 2 / (8 * n)
+    i = int(np.argmin(vals))
+    return float(vals[i]), float(lam[i])
+
+
+def sequence_losses(model, x: np.ndarray, clip: float = CLIP) -> np.ndarray:
+    """Per-sequence clipped loss l(w, x) of the model's current weights (one value per sequence)."""
+    pred = model_predictions(model, x)
+    return np.minimum(((pred - x[:, 1:]) ** 2).mean(axis=(1, 2)), clip)
+
+
+def _flat(model):
+    import torch
+
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _noisy_losses(model, w_hat, z, s: float, x: np.ndarray) -> np.ndarray:
+    """Losses of the network with weights w_hat + s z on the sequences x (the model is left perturbed)."""
+    import torch
+
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(w_hat + s * z, model.parameters())
+    return sequence_losses(model, x)
+
+
+def pac_bayes_bound(model, K: int, N: int, T: int, seed: int, x_unseen: np.ndarray, rho: float = RHO) -> dict:
+    """Evaluate the two-level bound for a trained model and measure the gap of its Gaussian posterior.
+
+    Regenerates the model's own training set and initial weights from the run seed, picks s from
+    SIGMA_GRID by the sharpness rule and s_p from SIGMA_GRID by the smallest KL (any data-dependent rule
+    is allowed: the union bound pays for the prior grid, which it must, and, conservatively, for the
+    posterior grid too, which a PAC-Bayes bound valid for every Q does not need), and estimates the posterior's training and unseen-topic losses with MC_DRAWS weight
+    draws on random batches. The gap bound itself needs no Monte Carlo: it is B_topic + B_seq.
+    """
+    import copy
+
+    import torch
+
+    _, x_train = training_set(K, N, T, seed, rho)
+    w_hat = _flat(model).double().cpu()
+    w0 = _flat(initial_model(K, T, seed)).double()
+    noisy = copy.deepcopy(model).float().cpu()
+    g = torch.Generator().manual_seed(EVAL_SEED_OFFSET * 7 + run_seed(K, seed))
+    rng = np.random.default_rng(EVAL_SEED_OFFSET * 7 + run_seed(K, seed))
+    wh = w_hat.float()
+    # sharpness scan (a cheap pilot): the largest s that keeps the training loss within SHARP_TOL
+    xb = x_train[rng.choice(len(x_train), min(SCAN_BATCH, len(x_train)), replace=False)]
+    base = float(sequence_losses(model, xb).mean())
+    zs = [torch.randn(wh.shape, generator=g) for _ in range(SCAN_DRAWS)]
+    chosen = SIGMA_GRID[0]
+    for s in SIGMA_GRID:
+        pilot = float(np.mean([_noisy_losses(noisy, wh, z, s, xb).mean() for z in zs]))
+        if pilot > (1 + SHARP_TOL) * base:
+            break
+        chosen = s
+    # prior std: the grid value with the smallest KL (also paid for in the union bound)
+    kls = [gaussian_kl(w_hat.numpy(), chosen, w0.numpy(), sp) for sp in SIGMA_GRID]
+    kl, s_prior = float(min(kls)), float(SIGMA_GRID[int(np.argmin(kls))])
+    n_grid = len(SIGMA_GRID) ** 2
+    b_seq, lam_seq = pac_bayes_term(kl, K * N, BOUND_DELTA / 2, n_other=n_grid)
+    b_topic, lam_topic = pac_bayes_term(kl, K, BOUND_DELTA / 2, n_other=n_grid)
+    # measured losses of the posterior Q (Monte Carlo): each weight draw on a random batch of training
+    # sequences and a random batch of unseen-topic sequences, in one forward pass
+    nb = min(MC_BATCH, len(x_train))
+    tr, un = [], []
+    for _ in range(MC_DRAWS):
+        z = torch.randn(wh.shape, generator=g)
+        xs = np.concatenate([x_train[rng.choice(len(x_train), nb, replace=False)],
+                             x_unseen[rng.choice(len(x_unseen), MC_BATCH, replace=False)]])
+        ls = _noisy_losses(noisy, wh, z, chosen, xs)
+        tr.append(ls[:nb].mean())
+        un.append(ls[nb:].mean())
+    return {"sigma": float(chosen), "sigma_prior": s_prior, "kl": kl, "dist2": float(((w_hat - w0) ** 2).sum()),
+            "n_params": int(w_hat.numel()), "b_seq": b_seq, "b_topic": b_topic, "bound": b_seq + b_topic, "lam_seq": lam_seq,
+            "lam_topic": lam_topic, "q_train": float(np.mean(tr)), "q_unseen": float(np.mean(un)),
+            "q_gap": float(np.mean(un) - np.mean(tr)), "det_batch_train": base}
+
+
 def spearman(a, b) -> float:
     from scipy.stats import spearmanr
 
@@ -350,6 +486,7 @@ class Result:
     grid_mixture_last: np.ndarray
     grid_curves_unseen: np.ndarray        # (seeds, len K, T-1)
     gap_fit: dict[str, float] = field(default_factory=dict)
+    bound: dict[str, np.ndarray] = field(default_factory=dict)   # PAC-Bayes bound per K (selected seed)
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -376,6 +513,7 @@ def _run_shipped(config: Config, progress) -> Result:
     g = {k: np.zeros((nS, nK)) for k in keys}
     curves_u = np.zeros((nS, nK, T - 1))
     chosen = None
+    bounds: list[dict] = []
     ridge_cache: dict = {}
     for si, seed in enumerate(SHIP_SEEDS):
         for ki, K in enumerate(GRID_K):
@@ -391,6 +529,10 @@ def _run_shipped(config: Config, progress) -> Result:
             g["ridge_last"][si, ki] = ev["ridge"][-1]
             g["mix_last"][si, ki] = ev["mixture"][-1]
             curves_u[si, ki] = ev["unseen"]
+            if seed == config.seed:
+                report(progress, (si * nK + ki + 0.5) / (nS * nK), f"PAC-Bayes bound for K={K}")
+                bounds.append(pac_bayes_bound(model, K, TOTAL_SEQ // K, T, seed, test_sets(W, T, seed)[0])
+                              | {"det_gap": g["gap"][si, ki]})
             if K == config.K and seed == config.seed:
                 chosen = (ev, loss)
     report(progress, 1.0, "done")
@@ -404,7 +546,8 @@ def _run_shipped(config: Config, progress) -> Result:
         loss=loss, loss_steps=np.arange(len(loss)) * 10,
         grid_k=ks, grid_unseen=g["unseen_last"], grid_seen=g["seen_last"], grid_train=g["train"],
         grid_gap=g["gap"], grid_dist_ridge=g["dr"], grid_dist_mix=g["dm"], grid_ridge_last=g["ridge_last"],
-        grid_mixture_last=g["mix_last"], grid_curves_unseen=curves_u, gap_fit={"a": a, "b": b})
+        grid_mixture_last=g["mix_last"], grid_curves_unseen=curves_u, gap_fit={"a": a, "b": b},
+        bound=_stack(bounds))
     res.metrics = _metrics(res)
     return res
 
@@ -414,6 +557,9 @@ def _run_live(config: Config, progress) -> Result:
     model, W, hist, tr = train_model(K, N, T, config.live_steps, config.seed, rho=rho, progress=progress,
                                      message=f"training K={K}, N={N}", hi=0.95)
     ev = evaluate(model, W, T, config.seed, rho)
+    report(progress, 0.97, "PAC-Bayes bound")
+    bound = pac_bayes_bound(model, K, N, T, config.seed, test_sets(W, T, config.seed, rho)[0], rho)
+    bound["det_gap"] = float(ev["unseen"].mean() - tr)
     report(progress, 1.0, "done")
     one = lambda v: np.array([[v]])  # noqa: E731
     res = Result(
@@ -423,13 +569,28 @@ def _run_live(config: Config, progress) -> Result:
         grid_k=np.array([float(K)]), grid_unseen=one(ev["unseen"][-1]), grid_seen=one(ev["seen"][-1]),
         grid_train=one(tr), grid_gap=one(ev["unseen"].mean() - tr), grid_dist_ridge=one(ev["dist_ridge"]),
         grid_dist_mix=one(ev["dist_mixture"]), grid_ridge_last=one(ev["ridge"][-1]),
-        grid_mixture_last=one(ev["mixture"][-1]), grid_curves_unseen=ev["unseen"][None, None])
+        grid_mixture_last=one(ev["mixture"][-1]), grid_curves_unseen=ev["unseen"][None, None],
+        bound=_stack([bound]))
     res.metrics = _metrics(res)
     return res
 
 
+def _stack(rows: list[dict]) -> dict[str, np.ndarray]:
+    return {k: np.array([r[k] for r in rows], dtype=float) for k in rows[0]}
+
+
 def _metrics(res: Result) -> dict[str, float]:
     c = res.curves
+    b = res.bound
+    margin = b["bound"] - b["q_gap"]
+    i_sel = int(np.argmin(np.abs(res.grid_k - res.K)))
+    bound_m = {
+        "bound_margin_min": float(margin.min()), "bound_sel": float(b["bound"][i_sel]),
+        "bound_topic_sel": float(b["b_topic"][i_sel]), "bound_seq_sel": float(b["b_seq"][i_sel]),
+        "q_gap_sel": float(b["q_gap"][i_sel]), "kl_sel": float(b["kl"][i_sel]), "sigma_sel": float(b["sigma"][i_sel]),
+        "sigma_prior_sel": float(b["sigma_prior"][i_sel]), "det_gap_sel": float(b["det_gap"][i_sel]),
+        "bound_over_clip_min": float(b["bound"].min() / CLIP),
+    }
     m = {
         "sel_unseen_first": float(c["unseen"][1]) if len(c["unseen"]) > 1 else float(c["unseen"][0]),
         "sel_unseen_last": float(c["unseen"][-1]),
@@ -438,6 +599,7 @@ def _metrics(res: Result) -> dict[str, float]:
         "sel_ridge_last5": float(c["ridge"][-5:].mean()),
         "sel_oracle": float(c["oracle"].mean()),
         "sel_zero": float(c["zero"].mean()),
+        **bound_m,
     }
     if res.source == SOURCES[0]:
         ks = list(GRID_K)
@@ -465,15 +627,48 @@ def _metrics(res: Result) -> dict[str, float]:
     return m
 
 
+def bound_claim(res: Result) -> Claim:
+    m = res.metrics
+    scope = "for every K of the grid" if res.source == SOURCES[0] else f"live model, K={res.K}"
+    vac = m["bound_over_clip_min"]
+    return Claim(
+        f"The two-level PAC-Bayesian bound, computed for the trained weights, lies above the measured "
+        f"generalization gap ({scope})", measured=m["bound_margin_min"], op=">=", threshold=0.0,
+        label="min over K of (bound − measured gap)", fmt=".3g",
+        detail=f"K={res.K}: bound {m['bound_sel']:.1f} = topic term {m['bound_topic_sel']:.1f} + sequence term "
+               f"{m['bound_seq_sel']:.1f}; measured gap of the Gaussian posterior {m['q_gap_sel']:.3f} "
+               f"(deterministic model {m['det_gap_sel']:.3f}); KL = {m['kl_sel']:.3g} nats, posterior std "
+               f"{m['sigma_sel']:g}, prior std {m['sigma_prior_sel']:g}. "
+               + (f"The bound is vacuous: even its smallest value is {vac:.0f}× the clip level C = {CLIP:g}, "
+                  "the largest gap a loss clipped at C can show, so this check cannot fail for these weights; "
+                  "the next badge measures that"
+                  if vac > 1 else "The bound is below the clip level C, so it is non-vacuous here"))
+
+
+NONVACUOUS_LABEL = "smallest bound / clip level C"
+
+
+def nonvacuous_claim(res: Result) -> Claim:
+    """The companion of ``bound_claim``: a bound above C says nothing, so its size is a claim of its own."""
+    m = res.metrics
+    return Claim(
+        "…and the bound is non-vacuous: below the clip level C, the largest gap the clipped loss can show",
+        measured=m["bound_over_clip_min"], op="<", threshold=1.0, label=NONVACUOUS_LABEL, fmt=".3g",
+        detail="Not reproduced at this scale: the trained weights sit far from their initialisation (large KL) "
+               "while the topic level has only K samples, so the topic term alone exceeds C. The paper's bound "
+               "is likewise a statement about rates, not a tight number.")
+
+
 def claims(res: Result) -> list[Claim]:
     m = res.metrics
     if res.source != SOURCES[0]:
-        # a live run has one model: only the prompt-length claim can be measured on it
+        # a live run has one model: the prompt-length claim and the bound can be measured on it
         return [Claim(f"Longer prompts help on unseen topics (live model, K={res.K})",
                       measured=m["sel_unseen_last"] / m["sel_unseen_first"], op="<=", threshold=PROMPT_RATIO_BAR,
                       label="e(t=T−1) / e(t=2)",
                       detail=f"e(t=2) = {m['sel_unseen_first']:.3f}, e(t=T−1) = {m['sel_unseen_last']:.3f}; "
-                             "with few topics the model ignores the prompt and this fails", fmt=".3f")]
+                             "with few topics the model ignores the prompt and this fails", fmt=".3f"),
+                bound_claim(res), nonvacuous_claim(res)]
     return [
         Claim("More pre-training topics make in-context prediction of unseen topics better (K=64 vs K=2, "
               "same number of training sequences)", measured=m["topic_ratio"], op="<=", threshold=TOPIC_RATIO_BAR,
@@ -501,6 +696,8 @@ def claims(res: Result) -> list[Claim]:
         Claim("…approaching the in-context ridge (least-squares) predictor fitted on the prompt", measured=m["k64_ridge_diff"],
               op="<=", threshold=RIDGE_CLOSE_BAR, label="|model − ridge|, last 5 positions", fmt=".3f",
               detail="mean per-dimension error over the last 5 prompt lengths, K=64"),
+        bound_claim(res),
+        nonvacuous_claim(res),
     ]
 
 

@@ -72,7 +72,8 @@ PAPERS: list[Paper] = [
           page="pages/mcqa_mechanics.py", module="engine.mcqa_mechanics"),
     Paper("group-compact-proofs", "Towards a Unified and Verified Understanding of Group-Operation Networks", I,
           "One-hidden-layer networks on group multiplication decompose into irreducible "
-          "representations, giving a compact accuracy proof cheaper than brute force.", arxiv="2410.07476"),
+          "representations, giving a compact accuracy proof cheaper than brute force.", arxiv="2410.07476",
+          page="pages/group_compact_proofs.py", module="engine.group_compact_proofs"),
     Paper("icl-ar-ntp", "Towards Auto-Regressive Next-Token Prediction: In-Context Learning Emerges from "
           "Generalization", I,
           "Pretraining on many linear-dynamics 'topics' makes in-context prediction of unseen ones "
@@ -137,7 +138,7 @@ PAPERS: list[Paper] = [
     # --- generative & transport
     Paper("rfwave", "RFWave: Multi-band Rectified Flow for Audio Waveform Reconstruction", G,
           "A rectified flow generates complex STFT frames of all sub-bands from mel in about ten "
-          "Euler steps.", arxiv="2403.05010"),
+          "Euler steps.", arxiv="2403.05010", page="pages/rfwave.py", module="engine.rfwave"),
     Paper("calnf", "Rare event modeling with self-regularized normalizing flows: what can we learn from a "
           "single failure?", G,
           "Calibrated normalizing flows learn a failure distribution from a handful of samples by "
@@ -157,8 +158,9 @@ PAPERS: list[Paper] = [
           "inverting rows to latents.",
           page="pages/tabwak.py", module="engine.tabwak"),
     Paper("diffusion-planning", "What Makes a Good Diffusion Planner for Decision Making?", G,
-          "A diffusion planner over maze trajectories: unconditional sampling plus selection "
-          "beats guided sampling.", arxiv="2503.00535"),
+          "A diffusion planner over maze trajectories: sampling many plans unconditionally and "
+          "picking the best by a learned value does at least as well as guided sampling.", arxiv="2503.00535",
+          page="pages/diffusion_planning.py", module="engine.diffusion_planning"),
     Paper("implicit-preference-motion", "Direct Post-Training Preference Alignment for Multi-Agent Motion "
           "Generation Models Using Implicit Feedback from Pre-training Demonstrations", G,
           "Rank a model's own samples by closeness to expert demonstrations and align it with "

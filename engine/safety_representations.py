@@ -118,6 +118,25 @@ def steps_to_cost(costs, horizon: int) -> np.ndarray:
     return out
 
 
+def episode_deltas(lens, died, ended, horizon: int, width: int):
+    """Steps-to-cost labels for a batch of finished episodes, all at once.
+
+    Episode i visited lens[i] states (positions 0..lens[i]-1); its last move entered water if
+    died[i], and ended[i] says whether it truly ended (water or goal) rather than being cut by the
+    time limit. Returns (mask, delta), both (n, width): delta[i, t] is the label of state t, and
+    mask marks the states that get a label. The cost sits on the state after the last one, so
+    delta = lens - t when the episode died. An episode cut by the time limit says nothing about
+    costs after the cut: a state needs horizon - 1 observed safe steps after it for the label
+    "no cost within horizon - 1 steps", so the last horizon - 2 states are left out.
+    """
+    lens = np.asarray(lens)
+    tt = np.arange(width)[None, :]
+    known = np.where(ended, lens, lens - horizon + 2)
+    mask = tt < known[:, None]
+    delta = np.where(np.asarray(died)[:, None], np.minimum(lens[:, None] - tt, horizon), horizon)
+    return mask, delta
+
+
 def n_bins(horizon: int, bin_size: int) -> int:
     return int(np.ceil(horizon / bin_size))
 
@@ -245,7 +264,11 @@ def softmax(z):
 
 # ---------------------------------------------------------------- one training run
 def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
-    rng = np.random.default_rng(seed)
+    # Separate random streams, each the same for every variant of a seed: the environment (slips and
+    # exploration coins, one fixed draw per step) is paired across variants; networks draw from their own.
+    env_rng = np.random.default_rng([seed, 1])
+    rng = np.random.default_rng([seed, 2])
+    s2c_rng = np.random.default_rng([seed, 3])
     water, start, goal = parse_map(cfg.grid)
     R, C = water.shape
     N = R * C
@@ -259,7 +282,7 @@ def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
     penalty = cfg.penalty * (PENALTY_FACTOR if variant == "penalty" else 1.0)
     aug = variant in ("srpl", "oracle", "const")
     q = MLP(2 + (K if aug else 0), 4, rng)
-    s2c = MLP(2, K, rng, lr=S2C_LR) if variant == "srpl" else None
+    s2c = MLP(2, K, s2c_rng, lr=S2C_LR) if variant == "srpl" else None
 
     all_cells = np.arange(N)
 
@@ -298,12 +321,10 @@ def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
         q_table = q(feats(all_cells))           # networks change only between rollouts
         for t in range(ROLLOUT):
             eps = max(eps_end, 1.0 - (1.0 - eps_end) * step / (eps_frac * total))
-            a = q_table[pos].argmax(1)
-            rnd = rng.random(E) < eps
-            a[rnd] = rng.integers(0, 4, rnd.sum())
-            m = a.copy()
-            sl = rng.random(E) < cfg.slip
-            m[sl] = rng.integers(0, 4, sl.sum())
+            u_eps, u_slip = env_rng.random((2, E))
+            r_act, r_move = env_rng.integers(0, 4, (2, E))
+            a = np.where(u_eps < eps, r_act, q_table[pos].argmax(1))
+            m = np.where(u_slip < cfg.slip, r_move, a)
             new = nxt[pos, m]
             died, won = wat[new], new == goal_i
             visits += np.bincount(pos, minlength=N)
@@ -321,10 +342,7 @@ def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
                 ends_step.append(np.full(len(fin), step))
                 ends_succ.append(won[fin])
             if s2c is not None and len(fin):
-                lens = t_ep[fin]
-                tt = np.arange(TIME_LIMIT + 1)
-                mask = tt[None, :] < lens[:, None]
-                delta = np.where(died[fin][:, None], np.minimum(lens[:, None] - tt[None, :], H), H)
+                mask, delta = episode_deltas(t_ep[fin], died[fin], term[t][fin], H, TIME_LIMIT + 1)
                 xs, ys = ep_cells[fin][mask], to_bins(delta[mask], H, cfg.bin_size)
                 n = len(xs)
                 idx = (buf_ptr + np.arange(n)) % S2C_BUFFER
@@ -337,7 +355,7 @@ def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
         # --- S2C update (own cross-entropy loss only)
         if s2c is not None and buf_n >= 64:
             for _ in range(S2C_STEPS):
-                j = rng.integers(0, buf_n, min(S2C_BATCH, buf_n))
+                j = s2c_rng.integers(0, buf_n, min(S2C_BATCH, buf_n))
                 x = coords[buf_x[j]]
                 logits, h = s2c.forward(x)
                 g = softmax(logits)
@@ -365,6 +383,7 @@ def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
 
     # --- greedy evaluation
     greedy = q(feats(np.arange(N))).argmax(1)
+    rng = np.random.default_rng([seed, 4])
     p = np.full(EVAL_EPISODES, start_i)
     alive = np.ones(EVAL_EPISODES, dtype=bool)
     success = np.zeros(EVAL_EPISODES, dtype=bool)

@@ -1,4 +1,4 @@
-"""Gap-dependent regret of UCB-Hoeffding and UCB-Advantage on random tabular MDPs."""
+"""Gap-dependent regret of UCB-Hoeffding, UCB-Advantage and Q-EarlySettled-Advantage on random tabular MDPs."""
 
 import numpy as np
 import pandas as pd
@@ -17,20 +17,19 @@ layout.paper_header(
         "Optimistic Q-learning explores by adding a confidence bonus to its value estimates. In the worst case "
         "its regret grows like $\\sqrt{T}$. But if every bad action is worse than the best one by at least a "
         "gap $\\Delta$, a bad action only needs to be tried until its bonus shrinks below $\\Delta$, so the "
-        "regret can grow like $\\log T/\\Delta$ instead. The paper proves such logarithmic bounds for "
-        "**UCB-Advantage**, which splits the value into a slowly-settled *reference* and a small *advantage* "
-        "correction and updates only at the end of geometrically growing stages, and shows that its number "
-        "of policy switches is logarithmic too. Here both it and the classic **UCB-Hoeffding** learner run "
-        "live on a batch of random MDPs with a gap you choose; regret is computed exactly by policy evaluation."
+        "regret can grow like $\\log T/\\Delta$ instead. The paper proves such logarithmic bounds for two "
+        "learners that split the value into a slowly-settled *reference* and a small *advantage* correction: "
+        "**UCB-Advantage**, which updates only at the end of geometrically growing stages (and so also switches "
+        "policy only logarithmically often), and **Q-EarlySettled-Advantage**. Here both of them and the classic "
+        "**UCB-Hoeffding** learner run live on a batch of random MDPs with a gap you choose; regret is computed "
+        "exactly by policy evaluation."
     ),
-    caveat=("Tiny MDPs (a few states, actions and steps) and a bonus multiplier c < 1: with the theory's "
-            "constants (c = 1) the burn-in lasts far longer than a live run. At this scale UCB-Advantage's "
-            "regret is *higher* than UCB-Hoeffding's (longer burn-in); the paper's statement is about the order of "
-            "the bounds, not these constants. The 1/Δ scaling is only partial here because burn-in exploration "
-            "does not depend on Δ. Q-EarlySettled-Advantage (Li et al. 2021; UCB + LCB + reference-advantage "
-            "estimates updated every visit, reference frozen once V − V^LCB ≤ 1) runs too: at page constants its "
-            "regret is about the same as UCB-Hoeffding's (table), not lower, and since it updates after every "
-            "visit it switches policy about as often as UCB-Hoeffding."),
+    caveat=("Tiny MDPs (a few states, actions and steps) and a bonus multiplier c < 1, the same c for every "
+            "bonus of every learner: with the theory's constants (c = 1) the burn-in lasts far longer than a live "
+            "run. All three learners run on the same MDPs with the same random numbers. The 1/Δ scaling is only "
+            "partial here because burn-in exploration does not depend on Δ. Q-EarlySettled-Advantage (Li et al. "
+            "2021: UCB + LCB + reference-advantage estimates updated every visit, reference frozen once "
+            "V − V^LCB ≤ 1) updates after every visit, so it switches policy about as often as UCB-Hoeffding."),
 )
 
 cfg = state.bind_config(eng.Config, SLUG)
@@ -38,7 +37,22 @@ state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.gap_dependent_q", cfg, label="Running the learners")
 
-layout.claims_panel(eng.claims(res))
+claims = eng.claims(res)
+layout.claims_panel(claims)
+m = res.metrics
+if not (m["regret_ratio_adv"] <= 1.0 and m["regret_ratio_qes"] <= 1.0):
+    st.info(
+        "**Lower regret for the advantage methods is not reproduced at this scale.** After "
+        f"{int(m['K']):,} episodes the cumulative regret is {m['regret_hoef_0']:.0f} for UCB-Hoeffding, "
+        f"{m['regret_adv_0']:.0f} for UCB-Advantage and {m['regret_qes_0']:.0f} for Q-EarlySettled-Advantage "
+        "(first gap, seed mean). The reference-advantage estimates carry lower-order bonus terms that shrink like "
+        "n^(-3/4) and 1/n, and a reference mean that still remembers the optimistic values from before the "
+        "reference settled; with a few thousand visits per state-action pair these terms are still larger than "
+        "the Hoeffding bonus, so the variance reduction has not paid off yet. UCB-Advantage also learns only at "
+        "the end of each stage, from the last stage's samples. Its advantage that does show here is the far "
+        "smaller number of policy switches. The paper's statement is about the order of the bounds in T, H and "
+        "1/Δ, which needs far longer runs than a live page."
+    )
 
 names = list(eng.ALGOS)
 groups = [f"Δ = {g:.2f}" if np.isfinite(g) else f"random draw {i + 1}" for i, g in enumerate(res.gaps)]
@@ -141,6 +155,15 @@ where $b = 2c\sqrt{H^2\iota/\check n}$ and $\bar b$ is a Bernstein bonus built f
 reference and of the advantage. $V_h$ changes only then, which is why the policy rarely switches.
 The reference $V^{\mathrm{ref}}_h(s)$ is set to $V_h(s)$ once, when $(h,s)$ has been visited
 $N_0 = (\text{multiplier})\cdot c\, SAH^2\iota$ times.
+
+**Q-EarlySettled-Advantage.** Every visit updates, with the same $\eta_n = \frac{H+1}{H+n}$, an optimistic
+Hoeffding estimate $Q^{\mathrm{UCB}}$, a pessimistic one $Q^{\mathrm{LCB}}$ (bonus subtracted) and a reference-advantage
+estimate $Q^{\mathrm R}$ whose bonus is built from the running variances of the reference and of the advantage, plus a
+term of order $c H^2\iota^{3/4}/n^{3/4}$; $Q_h = \min(Q^{\mathrm R}, Q^{\mathrm{UCB}}, Q_h)$. The reference follows
+$V_h$ until $V_h - V^{\mathrm{LCB}}_h \le 1$ and is then frozen.
+
+**Fair comparison.** All three learners run in one batch on the same MDPs, with the same random numbers for the
+transitions, and every bonus is scaled by the same $c$.
 
 **Reading the log-T claim.** If regret grows like $\log K$, each doubling of $K$ adds the same amount; like $\sqrt K$,
 each doubling adds $\sqrt2$ times more; linearly, twice more. The badge measures that factor averaged over the last

@@ -29,11 +29,16 @@ res = run_or_stop("engine.safety_representations", cfg, label="Training agents")
 cl = eng.claims(res)
 layout.claims_panel(cl)
 if not cl[0].passed:
-    st.info("Fewer violations with SRPL is **not reproduced** at this scale: when we calibrated the claims on five "
-            "seeds at the default settings, the SRPL agent entered the water about as often as the plain agent, or "
-            "more often. Whether an agent learns to reach the goal at all varies a lot between seeds, and that "
-            "variation swamps any effect of the extra input; an agent that never finds the goal and dawdles near "
-            "the start also collects few violations. The steps-to-cost model itself is learned well (last badge).")
+    per_seed = ", ".join(f"{s:.0f} vs {b:.0f}" for s, b in zip(res.final_cost["srpl"], res.final_cost["baseline"]))
+    st.info(
+        "Fewer violations with SRPL is **not reproduced** at this scale. Both agents use the same environment "
+        f"random numbers and the same number of steps for each seed; water entries, SRPL vs plain, per seed: "
+        f"{per_seed}. Greedy success after training: SRPL {res.eval_success['srpl'].mean():.2f}, plain "
+        f"{res.eval_success['baseline'].mean():.2f}. Whether an agent learns to reach the goal at all varies a lot "
+        "between seeds, and that swamps any effect of the extra input: an agent that learns to cross the narrow, "
+        "slippery bridge keeps entering the water now and then, while one that never finds the goal and dawdles "
+        "near the start collects fewer violations. The steps-to-cost model itself is learned well (last badge)."
+    )
 
 names = {v: eng.LABELS[v] for v in res.variants}
 mean = {names[v]: res.cum_cost[v].mean(0) for v in res.variants}

@@ -1,10 +1,26 @@
-"""Independent checks of the (unfinished) diffusion-planning environment layer."""
+"""Diffusion planning (Diffusion Veteran): environment, sampler and selection checks, claims at the default config."""
+
+import math
 
 import networkx as nx
 import numpy as np
+import pytest
+import torch
 
 from engine import diffusion_planning as eng
 
+
+@pytest.fixture(scope="module")
+def bundle():
+    return eng.load_bundle()[0]
+
+
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+# ----------------------------------------------------------------------------- environment and data
 
 def test_bfs_matches_networkx():
     g = nx.grid_2d_graph(*eng.WALLS.shape)
@@ -21,6 +37,7 @@ def test_speed_closed_form():
     for n in range(1, 8):
         s = eng.step(s, np.array([1.0, 0.0]))
         assert np.isclose(s[2], 0.25 * (1 - 0.8 ** n))
+        assert np.isclose(s[0], 1.5 + sum(0.25 * (1 - 0.8 ** j) for j in range(1, n + 1)))
 
 
 def test_never_enters_walls():
@@ -36,3 +53,134 @@ def test_value_labels_loop():
     v = eng.value_labels(r, 0.99)
     for t in range(50):
         assert np.isclose(v[t], sum(0.99 ** j * r[t + j] for j in range(50 - t)))
+
+
+def test_dataset_segments_and_labels():
+    data = eng.generate_dataset(episodes=3, steps=200, seed=5)
+    assert not eng._blocked(data["states"][..., 0], data["states"][..., 1]).any()
+    plans, vals, lo, hi = eng.plan_segments(data)
+    assert plans.shape[1:] == (eng.HORIZON, 2) and np.abs(plans).max() <= 1.0 + 1e-6
+    assert vals.min() >= 0 and vals.max() <= 1 + 1e-6
+    # first segment of episode 0: waypoints 5 steps apart, value = discounted sum by a plain loop
+    pos = data["states"][0, :, :2]
+    assert np.allclose(eng.denormalise(plans[0]), pos[0:76:5], atol=1e-5)
+    rw = data["rewards"][0]
+    v0 = sum(0.99 ** j * rw[j] for j in range(len(rw)))
+    assert np.isclose(vals[0] * (hi - lo) + lo, v0, atol=1e-4)
+
+
+def test_cosine_schedule_closed_form():
+    s = 0.008
+    for t in (0, 1, 250, 500, 999):
+        ref = math.cos((t / 1000 + s) / (1 + s) * math.pi / 2) ** 2 / math.cos(s / (1 + s) * math.pi / 2) ** 2
+        assert np.isclose(eng.alpha_bar(t), max(ref, 1e-4))
+    assert np.all(np.diff(eng.alpha_bar(np.arange(1001))) <= 0)
+
+
+def test_checkpoint_small_and_loads():
+    path = eng.checkpoint_path()
+    assert path.exists() and path.stat().st_size < 2 * 1024 * 1024
+    _, info = eng.load_bundle()
+    assert info["planner_steps"] > 0 and info["d_model"] == eng.D_MODEL
+
+
+# ----------------------------------------------------------------------------- sampler
+
+def _reference_ddim(planner, start, noise, steps, use_cond):
+    """Plain DDIM written from the formulas (not the engine's loop): one row at a time, no batching tricks."""
+    s = 0.008
+
+    def ab(t):
+        if t == 0:
+            return 1.0
+        f = math.cos((t / 1000 + s) / (1 + s) * math.pi / 2) ** 2 / math.cos(s / (1 + s) * math.pi / 2) ** 2
+        return min(max(f, 1e-4), 1.0)
+
+    p0 = torch.as_tensor(2 * (start - np.array([1.0, 1.0])) / np.array([7.0, 5.0]) - 1, dtype=torch.float32)
+    x = torch.as_tensor(noise, dtype=torch.float32).clone()
+    x[:, 0] = p0
+    grid = [int(round(v)) for v in np.linspace(1000, 0, steps + 1)]
+    with torch.no_grad():
+        for t, tp in zip(grid[:-1], grid[1:]):
+            eps = planner(x, torch.full((len(x),), t), torch.ones(len(x)), torch.full((len(x),), use_cond))
+            x0 = ((x - math.sqrt(1 - ab(t)) * eps) / math.sqrt(ab(t))).clamp(-1, 1)
+            x = math.sqrt(ab(tp)) * x0 + math.sqrt(1 - ab(tp)) * eps
+            x[:, 0] = p0
+    return x
+
+
+def test_inpainting_first_waypoint_exact(bundle):
+    rng = np.random.default_rng(3)
+    start = np.array([eng.cell_centre(c) for c in eng.free_cells()]) + rng.uniform(-0.3, 0.3, (24, 2))
+    w = np.r_[np.zeros(12), np.full(12, 2.0)]
+    x = eng.sample_plans(bundle.planner, start, rng.standard_normal((24, eng.HORIZON, 2)), w, 5)
+    p0 = torch.as_tensor(eng.normalise(start), dtype=torch.float32)
+    assert torch.equal(x[:, 0], p0)
+
+
+def test_cfg_w0_is_unconditional_and_w1_is_conditional(bundle):
+    rng = np.random.default_rng(4)
+    start = np.tile(eng.cell_centre(eng.START_CELL), (6, 1)) + rng.uniform(-0.2, 0.2, (6, 2))
+    noise = rng.standard_normal((6, eng.HORIZON, 2))
+    mixed = eng.sample_plans(bundle.planner, start, noise, np.array([0, 0, 0, 1, 1, 1.0]), 5)
+    ref_u = _reference_ddim(bundle.planner, start[:3], noise[:3], 5, False)
+    ref_c = _reference_ddim(bundle.planner, start[3:], noise[3:], 5, True)
+    assert torch.allclose(mixed[:3], ref_u, atol=1e-4)
+    assert torch.allclose(mixed[3:], ref_c, atol=1e-4)
+    # guidance actually changes the plan (the condition is not ignored by the network)
+    assert not torch.allclose(ref_u, _reference_ddim(bundle.planner, start[:3], noise[:3], 5, True), atol=1e-3)
+
+
+# ----------------------------------------------------------------------------- selection plumbing
+
+def test_mcss_n1_equals_unconditional(bundle):
+    vs = [eng.Variant("mcss1", "mcss", n=1), eng.Variant("uncond", "uncond"), eng.Variant("cfg0", "cfg", w=0.0)]
+    sim = eng.simulate(bundle, vs, 8, 5, 20, seed=2)
+    assert np.allclose(sim["traj"][0], sim["traj"][1], atol=1e-5)
+    assert np.allclose(sim["traj"][2], sim["traj"][1], atol=1e-5)
+    assert np.array_equal(sim["first"][0], sim["first"][1])
+
+
+def test_oracle_selection_at_least_learned_and_broken_selection_fails(bundle, default_result):
+    cfg = eng.Config()
+    vs = [eng.Variant("critic", "mcss", n=12), eng.Variant("oracle", "mcss", n=12, select="oracle"),
+          eng.Variant("argmin", "mcss", n=12, select="argmin"), eng.Variant("random", "mcss", n=12, select="random")]
+    sim = eng.simulate(bundle, vs, cfg.episodes, cfg.ddim_steps, cfg.replan, cfg.seed)
+    s = {nm: eng.success_rate(sim["first"][i]) for i, nm in enumerate(sim["names"])}
+    # same episodes as the page's MCSS variant (the selection is the only difference)
+    assert s["critic"] == default_result.metrics["success_mcss"]
+    # oracle from the maze alone: BFS distance of the plan's closest approach to the goal
+    assert s["oracle"] >= s["critic"]
+    # Documented, deliberately not asserted: the spec's oracle scored the plan's END point. Plans span 75 steps,
+    # about the whole route, so good plans pass through the goal and go on (as the random-goal data did); the
+    # end-point oracle then prefers plans that stop short of the goal and reaches it in only 0.25 of the default
+    # episodes (measured with the shipped checkpoint, select="end") against 1.0 for the learned critic.
+    # a broken selection cannot pass claim 1
+    assert s["argmin"] < 0.70 and s["random"] < 0.70
+    assert s["argmin"] < s["critic"] - 0.3
+
+
+def test_critic_ranks_by_maze_distance(default_result):
+    # the critic was trained on returns only; its ranking must agree with BFS distance computed from the maze
+    assert default_result.metrics["critic_spearman_vs_distance"] < -0.3
+
+
+# ----------------------------------------------------------------------------- contract
+
+def test_claims_pass_at_default(default_result):
+    for c in eng.claims(default_result):
+        assert c.passed, c.describe()
+
+
+def test_cost_cap_rejects_largest_setting():
+    with pytest.raises(ValueError):
+        eng.Config(candidates=64, ddim_steps=20, replan=5, episodes=64)
+    assert eng.estimated_gflop(eng.Config()) <= eng.COST_CAP_GFLOP
+
+
+def test_spearman_matches_scipy():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=300), rng.integers(0, 8, 300).astype(float)    # b has many ties
+    assert np.isclose(eng.spearman(a, b), spearmanr(a, b).statistic)

@@ -13,11 +13,51 @@ def default_result():
     return eng.run(eng.Config())
 
 
+REGRET_COMPARISON = ("UCB-Advantage has lower regret than UCB-Hoeffding",
+                     "Q-EarlySettled-Advantage has lower regret than UCB-Hoeffding")
+
+
 def test_claims_pass_at_default(default_result):
     claims = eng.claims(default_result)
-    assert len(claims) == 8
-    failed = [c.describe() for c in claims if not c.passed]
+    assert len(claims) == 10
+    # Not reproduced at page scale (the page says so with the numbers): the advantage methods do not reach a
+    # lower regret than UCB-Hoeffding within K = 9 000 episodes. Those two badges are measured and shown
+    # failing; every other claim must pass.
+    failed = [c.describe() for c in claims if not c.passed and c.statement not in REGRET_COMPARISON]
     assert not failed, failed
+    cmp = [c for c in claims if c.statement in REGRET_COMPARISON]
+    assert len(cmp) == 2 and all(np.isfinite(c.measured) and c.measured > 0 for c in cmp)
+
+
+def test_next_state_sampler_matches_inverse_cdf():
+    """The vectorised sampler equals a per-entry searchsorted, and its frequencies match P."""
+    P, _, _ = _tiny("random", S=4, A=3, H=2)
+    B, H, S, A, _ = P.shape
+    rng = np.random.default_rng(7)
+    U = rng.uniform(size=(3000, H, B))
+    NS = eng._next_states(P, U).reshape(len(U), B, H, S, A)
+    for k in range(3):
+        for b, h, s, a in itertools.product(range(B), range(H), range(S), range(A)):
+            want = min(int(np.searchsorted(np.cumsum(P[b, h, s, a]), U[k, h, b], side="right")), S - 1)
+            assert NS[k, b, h, s, a] == want
+    freq = np.stack([(NS == j).mean(0) for j in range(S)], -1)
+    assert np.abs(freq - P).max() < 0.04
+
+
+def test_side_by_side_run_equals_separate_runs():
+    """Running the learners in one stacked batch changes nothing: each block equals the learner run alone."""
+    P, R, _ = _tiny("gap", S=3, A=2, H=3)
+    Qs, Vs = eng.value_iteration(P, R)
+    K, H = 600, 3
+    iota = float(np.log(2 * 3 * 2 * K * H / eng.P_FAIL))
+    mask = Qs >= Vs[:, :-1, :, None] - 1e-9
+    together = eng._run_algos(eng.ALGOS, P, R, Vs[:, 0, 0], K, 0.1, iota, 20.0, np.random.default_rng(3), None,
+                              (0, 1), mask, 2)
+    for algo, joint in zip(eng.ALGOS, together):
+        alone = eng._run_algo(algo, P, R, Vs[:, 0, 0], K, 0.1, iota, 20.0, np.random.default_rng(3), None,
+                              (0, 1), mask, 2)
+        assert np.array_equal(joint[0], alone[0]) and np.array_equal(joint[1], alone[1])
+        assert np.allclose(joint[3], alone[3])
 
 
 def test_regret_curves_are_cumulative_and_nonnegative(default_result):
@@ -59,6 +99,15 @@ def test_value_iteration_matches_brute_force_over_policies(family):
     # the greedy policy of Q* has zero regret, any policy has regret >= 0
     opt = eng.evaluate_policy(P, R, Qs.argmax(-1))
     assert np.allclose(opt[:, 0, 0], Vs[:, 0, 0], atol=1e-12)
+
+
+def test_batched_policy_evaluation_matches_single():
+    P, R, _ = _tiny("random", S=3, A=3, H=3)
+    rng = np.random.default_rng(2)
+    pis = rng.integers(0, 3, size=(5,) + P.shape[:3])
+    got = eng.evaluate_policies(P, R, pis)
+    for n in range(5):
+        assert np.allclose(got[n], _loop_eval(P, R, pis[n])[:, 0, 0], atol=1e-12)
 
 
 def test_gap_controlled_family_has_exact_gaps():
@@ -105,7 +154,7 @@ def test_random_family_and_bad_settings():
     with pytest.raises(ValueError):
         eng.Config(gap=0.2, gap2=0.2)
     res = eng.run(eng.Config(family="random", episodes=2000, n_seeds=2))
-    assert len(eng.claims(res)) == 5
+    assert len(eng.claims(res)) == 7
 
 
 def test_q_earlysettled_brackets_vstar_and_learns_optimal_policy():

@@ -15,8 +15,14 @@ def res():
 
 
 def test_claims_pass_at_default(res):
-    for c in eng.claims(res):
-        assert c.passed, c.describe()
+    claims = eng.claims(res)
+    # Excluded on purpose and shown failing on the page: the PAC-Bayes bound is valid but vacuous at this
+    # scale (its smallest value is ~13x the clip level), so the non-vacuity badge is measured and fails.
+    vac = [c for c in claims if c.label == eng.NONVACUOUS_LABEL]
+    assert len(vac) == 1 and not vac[0].passed
+    for c in claims:
+        if c.label != eng.NONVACUOUS_LABEL:
+            assert c.passed, c.describe()
 
 
 def test_references_bracket_the_model(res):
@@ -91,9 +97,105 @@ def test_live_run_small():
     cfg = eng.Config(source=eng.SOURCES[1], K=16, live_N=8, live_T=8, live_steps=100)
     r = eng.run(cfg)
     assert r.curves["unseen"].shape == (7,) and np.isfinite(r.loss).all()
-    assert len(eng.claims(r)) == 1
+    cl = eng.claims(r)
+    assert len(cl) == 3 and "PAC-Bayesian" in cl[1].statement and cl[2].label == eng.NONVACUOUS_LABEL
+    assert r.bound["bound"].shape == (1,) and r.bound["bound"][0] >= r.bound["q_gap"][0]
 
 
 def test_too_big_live_run_rejected():
     with pytest.raises(ValueError):
         eng.Config(source=eng.SOURCES[1], K=256, live_N=512)
+
+
+# ---- the numeric PAC-Bayesian bound ----------------------------------------------------------------
+
+def test_gaussian_kl_matches_torch_distributions():
+    import torch
+    from torch.distributions import Independent, Normal, kl_divergence
+
+    rng = np.random.default_rng(6)
+    mu_q, mu_p = rng.standard_normal(500), rng.standard_normal(500) * 0.3
+    for s_q, s_p in ((0.03, 0.07), (0.5, 0.5), (0.2, 0.01)):
+        ref = kl_divergence(Independent(Normal(torch.tensor(mu_q), s_q), 1),
+                            Independent(Normal(torch.tensor(mu_p), s_p), 1))
+        assert abs(eng.gaussian_kl(mu_q, s_q, mu_p, s_p) - float(ref)) < 1e-8 * max(1.0, float(ref))
+    assert eng.gaussian_kl(mu_q, 0.1, mu_q, 0.1) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_lambda_grid_term_is_close_to_the_continuous_optimum():
+    """min over lambda of (KL+L)/lambda + lambda C^2/(8n) is C sqrt((KL+L)/(2n)) at the best real lambda; the
+    doubling grid can only be worse, and by at most (sqrt 2 + 1/sqrt 2)/2 ≈ 1.061."""
+    for kl, n, other in ((0.0, 10, 1), (3.0, 64, 49), (4.7e4, 64, 49), (4.7e4, 2048, 49), (120.0, 1, 1)):
+        term, lam = eng.pac_bayes_term(kl, n, 0.025, clip=eng.CLIP, n_other=other)
+        L = np.log(other * len(eng.LAMBDA_GRID) / 0.025)
+        best = eng.CLIP * np.sqrt((kl + L) / (2 * n))
+        assert best * (1 - 1e-12) <= term <= 1.0607 * best
+        assert lam in eng.LAMBDA_GRID
+
+
+def _toy_gaps(K, N, tau, trials, rng, s=0.1, s_p=1.0):
+    """Toy two-level problem with a closed-form risk. Topics theta ~ N(0, tau^2), sequences x ~ N(theta, 1),
+    loss 1 - exp(-(w - x)^2 / 2) in [0, 1], posterior N(mean of the training x, s^2), prior N(0, s_p^2)."""
+    out = []
+    for _ in range(trials):
+        th = rng.normal(0.0, tau, K)
+        x = (th[:, None] + rng.standard_normal((K, N))).ravel()
+        w = x.mean()
+        v = 1 + s * s + tau * tau + 1          # 1 + Var(u - theta - eps)
+        risk = 1 - np.exp(-w * w / (2 * v)) / np.sqrt(v)
+        emp = (1 - np.exp(-(w - x) ** 2 / (2 * (1 + s * s))) / np.sqrt(1 + s * s)).mean()
+        kl = eng.gaussian_kl(np.array([w]), s, np.zeros(1), s_p)
+        b_seq, _ = eng.pac_bayes_term(kl, K * N, eng.BOUND_DELTA / 2, clip=1.0)
+        b_top, _ = eng.pac_bayes_term(kl, K, eng.BOUND_DELTA / 2, clip=1.0)
+        out.append((risk - emp, b_seq, b_top))
+    return np.array(out)
+
+
+def test_two_level_bound_holds_on_a_toy_with_closed_form_risk():
+    rng = np.random.default_rng(7)
+    # few, spread-out topics: the model fits its topics' sequences, new topics are far away
+    g = _toy_gaps(K=3, N=300, tau=2.0, trials=300, rng=rng)
+    assert (g[:, 0] > g[:, 1] + g[:, 2]).mean() <= eng.BOUND_DELTA      # the full bound holds (here: always)
+    assert (g[:, 0] > g[:, 1]).mean() > 0.3     # the sequence-level term alone does not: the topic term is needed
+    # many topics: the bound is non-vacuous (below the loss range 1) and still holds
+    g = _toy_gaps(K=400, N=5, tau=1.0, trials=100, rng=rng)
+    assert np.all(g[:, 1] + g[:, 2] < 0.5)
+    assert (g[:, 0] > g[:, 1] + g[:, 2]).mean() <= eng.BOUND_DELTA
+
+
+def test_prior_centre_is_the_real_initialisation_and_data_are_regenerated():
+    import torch
+
+    model, _, _, _ = eng.train_model(K=2, N=4, T=8, steps=0, seed=3)
+    init = eng.initial_model(2, 8, 3)
+    for (n, p), (_, q) in zip(model.named_parameters(), init.named_parameters()):
+        assert torch.equal(p.detach().cpu(), q.detach()), n
+    blob = load_state(eng.checkpoint_path(64, 0))["extra"]
+    W, x = eng.training_set(64, blob["N"], blob["T"], 0)
+    assert np.array_equal(W, blob["W"].numpy()) and x.shape == (eng.TOTAL_SEQ, eng.T_SHIP, eng.D)
+    # the stored training error is reproduced on the regenerated training set
+    m, *_ = eng.load_shipped(64, 0)
+    assert abs(eng.per_position_mse(eng.model_predictions(m, x), x).mean() - blob["train_mse"]) < 1e-3
+
+
+def test_bound_numbers_at_default(res):
+    import torch
+    from torch.distributions import Independent, Normal, kl_divergence
+
+    b = res.bound
+    assert len(b["bound"]) == len(eng.GRID_K)
+    assert np.all(b["bound"] >= b["q_gap"])
+    assert np.all(b["b_topic"] + b["b_seq"] == pytest.approx(b["bound"]))
+    # at fixed K*N the topic term is the large one and falls from K=2 to K=256
+    assert np.all(b["b_topic"] > b["b_seq"]) and b["b_topic"][-1] < b["b_topic"][1] / 4
+    # the KL the engine reports, recomputed from the checkpoint and the initial weights by torch
+    i = eng.GRID_K.index(64)
+    m, *_ = eng.load_shipped(64, 0)
+    w = torch.nn.utils.parameters_to_vector(m.parameters()).detach().double()
+    w0 = torch.nn.utils.parameters_to_vector(eng.initial_model(64, eng.T_SHIP, 0).parameters()).detach().double()
+    ref = kl_divergence(Independent(Normal(w, b["sigma"][i]), 1), Independent(Normal(w0, b["sigma_prior"][i]), 1))
+    assert float(ref) == pytest.approx(b["kl"][i], rel=1e-9)
+    # the posterior stays close to the trained model: its training loss is within ~the sharpness tolerance
+    assert np.all(b["q_train"] <= 1.3 * b["det_batch_train"])
+    # honest about vacuity: the loss is clipped at C, so no gap can exceed C, and this bound is above it
+    assert np.all(b["q_gap"] <= eng.CLIP) and res.metrics["bound_over_clip_min"] > 1

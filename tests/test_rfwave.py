@@ -15,17 +15,37 @@ def default_result():
     return eng.run(eng.Config())
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped checkpoint (a few minutes of CPU training) does not yet "
-                   "reproduce the step-count, random-phase and Griffin-Lim claims; see the page and the report")
-def test_claims_pass_at_default(default_result):
+# Claims that do NOT reproduce with the shipped checkpoint (0.2 M parameters, ~11 min of CPU training): measured
+# at the default config LSD(RFWave, N=10) = 8.79 dB vs random phase 10.12 dB (ratio 0.87, needs <= 0.8) and vs
+# Griffin-Lim (10 it.) 6.13 dB (ratio 1.43, needs < 1). The model learns the envelope, not the harmonic fine
+# structure. The page shows these badges failing with an st.info box; they are excluded here, not hidden.
+NOT_REPRODUCED = ("LSD(RFWave) / LSD(random phase)", "LSD(RFWave) / LSD(Griffin-Lim)")
+
+
+def test_claims_that_reproduce_pass_at_default(default_result):
     claims = eng.claims(default_result)
+    labels = [c.label for c in claims]
     assert len(claims) == 6
+    assert all(lbl in labels for lbl in NOT_REPRODUCED)
     # the real-time-factor badge is a timing claim (machine- and load-dependent): per team rules it is
     # shown on the page but excluded from this assertion
-    checked = [c for c in claims if c.label not in eng.TIMING_CLAIM_LABELS]
-    assert len(checked) == 5
+    checked = [c for c in claims if c.label not in eng.TIMING_CLAIM_LABELS and c.label not in NOT_REPRODUCED]
+    assert [c.label for c in checked] == ["LSD(N=10) / LSD(N=50)", "LSD(N=1) / LSD(N=10)",
+                                          "LSD(straightness) / LSD(uniform)"]
     failed = [c.describe() for c in checked if not c.passed]
     assert not failed, failed
+    m = default_result.metrics
+    # the negative control of the straightness claim: the reversed grid (dense near the data end) is worse
+    assert m["lsd_reversed4"] > m["lsd_uniform4"] and m["lsd_reversed4"] > m["lsd_straight4"]
+    # one Euler step gives the blurry, too-quiet average: its spectrum is far off, 50 steps are not
+    assert m["lsd_n1"] > m["lsd_n50"]
+
+
+def test_recorded_metrics_match_a_fresh_run(default_result):
+    # the numbers stored in the checkpoint by `python -m engine.rfwave record` are what the page measures now
+    meta = eng.load_vocoder().meta
+    for k in ("lsd_n10", "lsd_n50", "lsd_random_phase", "lsd_gl10", "lsd_straight4", "lsd_uniform4"):
+        assert abs(meta[f"default_{k}"] - default_result.metrics[k]) < 1e-3, k
 
 
 def test_checkpoint_loads_and_is_small():
@@ -102,6 +122,35 @@ def test_rf_loss_is_zero_at_the_optimum_and_one_for_zero_predictor():
     assert parts["rf"] < 1e-10 and parts["mag"] < 1e-8 and parts["sc"] < 1e-6 and parts["overlap"] < 1e-12
     _, parts = eng.rf_losses(lambda zt, t, m, b: torch.zeros_like(u), z1, mel, mean, std, t=torch.rand(2), z0=z0)
     assert abs(parts["rf"] - 1.0) < 0.05       # E[u^2] / Var(u) with a zero-mean target
+
+
+def test_mel_envelope_recovers_a_flat_spectrum():
+    # a spectrum that is flat within every Mel band is read back exactly by the envelope (closed form)
+    a = 0.01
+    S = np.full((eng.N_FFT // 2 + 1, 5), a, dtype=np.complex64)
+    env = eng.mel_envelope(torch.tensor(eng.log_mel(S))).numpy()
+    assert env.shape == (eng.N_BINS, 5)
+    assert np.allclose(env, a + 1e-4, rtol=1e-4)
+    # and it follows a louder band: a 20 dB step in level moves the envelope by ~20 dB there
+    S[: eng.N_BINS // 2] *= 10
+    env = eng.mel_envelope(torch.tensor(eng.log_mel(S))).numpy()
+    assert np.allclose(env[5:40], 0.1 + 1e-4, rtol=1e-3) and np.allclose(env[90:], a + 1e-4, rtol=1e-3)
+
+
+def test_velocity_skip_is_the_gaussian_posterior_mean():
+    # with the learned correction switched off the model's velocity must equal E[z1 - z0 | z_t] for
+    # standard-normal data, checked against a least-squares regression on sampled pairs
+    model = eng._build_model(16, 1, skip=True)
+    torch.nn.init.zeros_(model.out.weight)
+    torch.nn.init.zeros_(model.out.bias)
+    g = torch.Generator().manual_seed(1)
+    for t in (0.1, 0.5, 0.8):
+        z0, z1 = torch.randn(64, eng.CH, 32, generator=g), torch.randn(64, eng.CH, 32, generator=g)
+        zt = t * z1 + (1 - t) * z0
+        slope = float(torch.sum(zt * (z1 - z0)) / torch.sum(zt * zt))     # regression of u on z_t
+        with torch.no_grad():
+            v = model(zt[:2], torch.full((2,), t), torch.zeros(2, eng.N_MELS, 32), torch.zeros(2, dtype=torch.long))
+        assert torch.allclose(v, slope * zt[:2], rtol=0.02, atol=0.02 * float(zt[:2].abs().max()))
 
 
 def test_straightness_grid_follows_the_cumulative_curve():

@@ -22,6 +22,21 @@ def test_labels_by_hand():
     assert eng.n_bins(80, 4) == 20
 
 
+def test_batched_episode_labels_match_single_trajectories():
+    H = 4
+    lens = np.array([5, 3, 7, 7])
+    died = np.array([True, False, False, True])
+    ended = np.array([True, True, False, True])      # episode 2 was cut by the time limit
+    mask, delta = eng.episode_deltas(lens, died, ended, H, 8)
+    # episode 0 enters water after its 5th state; episode 1 reaches the goal
+    assert list(delta[0, :5]) == list(eng.steps_to_cost([0, 0, 0, 0, 0, 1], H)[:5]) == [4, 4, 3, 2, 1]
+    assert list(delta[1, :3]) == list(eng.steps_to_cost([0, 0, 0, 0], H)[:3])
+    assert list(delta[3, :7]) == list(eng.steps_to_cost([0] * 7 + [1], H)[:7])
+    assert mask[0].sum() == 5 and mask[1].sum() == 3 and mask[3].sum() == 7
+    # truncated: only states with H - 1 observed safe steps after them get the label "no cost within H - 1"
+    assert mask[2].sum() == 7 - H + 2 and np.all(delta[2][mask[2]] == H)
+
+
 def test_oracle_distance_is_bfs():
     for name in eng.MAPS:
         water, _, _ = eng.parse_map(name)
