@@ -11,6 +11,8 @@ optionally divided by sqrt of the Adam second moment, projected with seeded Kron
 matrices, whitened by a mixed query/train autocorrelation matrix and unit-normalised. Retrieval quality
 is measured two ways: attribution (does the top of the list contain a passage that states the fact?)
 and influence (tail-patch: one AdamW step on a retrieved passage; how much does log p(answer) rise?).
+An opt-in third test is leave-some-out retraining: continue training from the checkpoint without each
+method's top passages for a group of queries and measure how much log p(answer) drops.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.core import Bool, Choice, Claim, Float, InputError, Int, get_device, param, seed_everything
-from engine.core.progress import report
+from engine.core.progress import ProgressSpan, report
 
 SLUG = "trackstar-tda"
 CKPT_NAME = f"{SLUG}/lm.pt"
@@ -226,11 +228,23 @@ def init_params(vocab: int, d_emb: int = 12, hidden: int = 96, seed: int = 0) ->
 
 
 def logits_fn(params: dict, x):
-    """x: (..., CTX) token ids -> (..., vocab) logits."""
+    """x: (..., CTX) token ids -> (..., vocab) logits.
+
+    With a stack of R models (every tensor in ``params`` has a leading R axis), x is (R, ..., CTX) and model r
+    reads x[r]; used by the leave-some-out retraining, which trains R copies side by side.
+    """
     torch = _torch()
-    e = params["emb"][x].flatten(-2)
-    h = torch.tanh(e @ params["W1"].T + params["b1"])
-    return h @ params["W2"].T + params["b2"]
+    emb = params["emb"]
+    if emb.dim() == 2:
+        e = emb[x].flatten(-2)
+        h = torch.tanh(e @ params["W1"].T + params["b1"])
+        return h @ params["W2"].T + params["b2"]
+    R = emb.shape[0]
+    e = emb[torch.arange(R).reshape(R, *([1] * (x.dim() - 1))), x].flatten(-2)
+    e2 = e.reshape(R, -1, e.shape[-1])
+    h = torch.tanh(e2 @ params["W1"].transpose(1, 2) + params["b1"][:, None, :])
+    z = h @ params["W2"].transpose(1, 2) + params["b2"][:, None, :]
+    return z.reshape(*e.shape[:-1], z.shape[-1])
 
 
 def passage_loss(params: dict, x, y, m):
@@ -246,33 +260,66 @@ def query_loss(params: dict, x, y):
     return -lp.gather(-1, y.reshape(1))[0]
 
 
-def train(steps: int = 3000, batch: int = 64, seed: int = 0, progress=None, world: World = WORLD):
-    """Train the LM with AdamW; return (params, optimizer state dict, fact recall)."""
+def train(steps: int = 3000, batch: int = 64, seed: int = 0, progress=None, world: World = WORLD,
+          init=None, drop=None):
+    """Train the LM with AdamW; return (params, optimizer, fact recall).
+
+    Default: from scratch (the shipped checkpoint). Leave-some-out mode: ``init`` = (params, exp_avg,
+    exp_avg_sq, step) continues training from a saved state, and ``drop`` (R x passages, bool) trains R copies
+    side by side, copy r never seeing the passages marked in drop[r]. All copies draw the same minibatch
+    indices (common random numbers), so they differ only by the removed passages; the loss of each copy is
+    the sum over its kept batch members divided by the full batch size. AdamW acts elementwise, so the
+    stacked copies are exactly R independent runs. Then the recall is per copy (R,).
+    """
     torch = _torch()
     from engine.core.nn import set_cpu_threads
 
     set_cpu_threads()
     torch.manual_seed(seed)
-    params = {k: v.clone().requires_grad_(True) for k, v in init_params(len(world.vocab), seed=seed).items()}
-    opt = torch.optim.AdamW(list(params.values()), lr=LR, betas=BETAS, weight_decay=WD, eps=EPS)
     X, Y, M = encode_passages(world)
-    g = torch.Generator().manual_seed(seed)
     P = X.shape[0]
+    if init is None:
+        params = {k: v.clone().requires_grad_(True) for k, v in init_params(len(world.vocab), seed=seed).items()}
+    else:
+        R = drop.shape[0]
+        params = {k: v[None].repeat(R, *([1] * v.dim())).requires_grad_(True) for k, v in init[0].items()}
+        keep = torch.as_tensor(~np.asarray(drop, dtype=bool), dtype=torch.float32)     # (R, P)
+    opt = torch.optim.AdamW(list(params.values()), lr=LR, betas=BETAS, weight_decay=WD, eps=EPS)
+    if init is not None:
+        _, m0, v0, step0 = init
+        opt.load_state_dict({"state": {i: {"step": torch.tensor(float(step0)),
+                                           "exp_avg": m0[k][None].repeat(R, *([1] * m0[k].dim())),
+                                           "exp_avg_sq": v0[k][None].repeat(R, *([1] * v0[k].dim()))}
+                                       for i, k in enumerate(params)},
+                             "param_groups": opt.state_dict()["param_groups"]})
+    g = torch.Generator().manual_seed(seed)
     for step in range(steps):
         idx = torch.randint(P, (batch,), generator=g)
-        lp = torch.log_softmax(logits_fn(params, X[idx]), -1)
-        nll = -lp.gather(-1, Y[idx][..., None])[..., 0]
-        loss = ((nll * M[idx]).sum(1) / M[idx].sum(1)).mean()
+        if init is None:
+            lp = torch.log_softmax(logits_fn(params, X[idx]), -1)
+            nll = -lp.gather(-1, Y[idx][..., None])[..., 0]
+            loss = ((nll * M[idx]).sum(1) / M[idx].sum(1)).mean()
+        else:
+            Mi = M[idx]
+            bi, ti = Mi.nonzero(as_tuple=True)                   # only the real (non-padding) positions
+            xs, ys = X[idx][bi, ti], Y[idx][bi, ti]
+            lp = torch.log_softmax(logits_fn(params, xs[None].expand(R, -1, -1)), -1)
+            nll = -lp.gather(-1, ys[None, :, None].expand(R, -1, 1))[..., 0]                # (R, positions)
+            wgt = keep[:, idx[bi]] / Mi.sum(1)[bi]               # passage-mean weight, 0 if removed
+            loss = (nll * wgt).sum() / batch
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         loss = loss.detach()
-        if step % 100 == 0 or step == steps - 1:
+        if step % 25 == 0 or step == steps - 1:
             report(progress, (step + 1) / steps, f"training LM: step {step + 1}/{steps}, loss {float(loss):.3f}")
     with torch.no_grad():
-        pred = logits_fn(params, encode_prompts(world.queries)).argmax(-1).numpy()
-    recall = float(np.mean(pred == world.targets))
-    return {k: v.detach() for k, v in params.items()}, opt, recall
+        prompts = encode_prompts(world.queries)
+        if init is not None:
+            prompts = prompts[None].expand(R, -1, -1)
+        pred = logits_fn(params, prompts).argmax(-1).numpy()
+    recall = np.mean(pred == world.targets, axis=-1)
+    return {k: v.detach() for k, v in params.items()}, opt, (float(recall) if init is None else recall)
 
 
 def save_checkpoint(params: dict, opt, recall: float, path=None) -> None:
@@ -440,6 +487,44 @@ def target_logprob_batch(params_rows, shapes, qx, qy):
     return torch.log_softmax(z, -1).gather(1, qy[:, None])[:, 0]
 
 
+LOO_ARMS = ("control", "bm25", "grad_dot", "grad_cos", "adam_cos", "trackstar", "random", "proponents")
+
+
+def leave_some_out(orders: dict, ckpt, qids: np.ndarray, k: int, steps: int, seed: int, world: World = WORLD,
+                   progress=None) -> dict:
+    """Leave-some-out retraining: the 'true influence' proxy.
+
+    For each method, the union of its top-k passages over the query group ``qids`` is removed, and training
+    continues from the checkpoint (saved AdamW state) for ``steps`` steps without them. A control copy keeps
+    every passage and sees the same minibatches. The influence of a method's list on query q is the drop
+    log p_control(answer_q) - log p_removed(answer_q). References: k random passages per query, and the
+    true sources (every passage that states the query's fact).
+    """
+    torch = _torch()
+    params, m, v, step, _ = ckpt
+    P = len(world.passages)
+    rng = np.random.default_rng(10_000 + seed)
+    drop = np.zeros((len(LOO_ARMS), P), dtype=bool)
+    for i, arm in enumerate(LOO_ARMS):
+        if arm in orders:
+            drop[i, orders[arm][qids, :k].ravel()] = True
+        elif arm == "random":
+            drop[i, rng.integers(P, size=len(qids) * k)] = True
+        elif arm == "proponents":
+            drop[i, np.concatenate([world.proponents[q] for q in qids])] = True
+    new, _, recall = train(steps=steps, seed=seed + 1, progress=progress, world=world,
+                           init=(params, m, v, step), drop=drop)
+    qx = encode_prompts([world.queries[q] for q in qids])
+    qy = torch.as_tensor(world.targets[qids])
+    with torch.no_grad():
+        lp = torch.log_softmax(logits_fn(new, qx[None].expand(len(LOO_ARMS), -1, -1)), -1)
+        lp = lp[:, torch.arange(len(qids)), qy].numpy()
+    drops = lp[0][None, :] - lp                                  # (arms, queries)
+    return {"arms": list(LOO_ARMS), "query_ids": qids, "drops": drops, "mean": drops.mean(1),
+            "se": drops.std(1, ddof=1) / math.sqrt(len(qids)), "median": np.median(drops, 1),
+            "n_removed": drop.sum(1), "recall": np.asarray(recall), "steps": steps, "k": k}
+
+
 # ------------------------------------------------------------------------------------------- config
 @dataclass(frozen=True)
 class Config:
@@ -459,6 +544,14 @@ class Config:
                                           help="apply R^(-1/2) built with the mix λ"))
     use_unit: bool = param(True, Bool("Unit normalisation", group="Your combination",
                                       help="score by cosine instead of dot product"))
+    loo: bool = param(False, Bool("Run leave-some-out retraining (slow)", group="Leave-some-out retraining",
+                                  help="retrain without each method's top-k passages and measure the drop "
+                                       "of log p(answer); about 5-15 s"))
+    loo_queries: int = param(40, Int(10, 40, "Leave-some-out queries", step=10, group="Leave-some-out retraining",
+                                     help="queries whose top-k passages are removed together"))
+    loo_steps: int = param(200, Int(50, 300, "Retraining steps", step=50, group="Leave-some-out retraining",
+                                    help="AdamW steps continued from the checkpoint, with and without the "
+                                         "removed passages"))
 
 
 @dataclass
@@ -481,6 +574,7 @@ class Result:
     frequent_dot: np.ndarray        # passage ids most often in grad_dot top-10
     frequent_dot_count: np.ndarray
     table: list = field(default_factory=list)   # rows for the picked query
+    loo: dict | None = None         # leave-some-out retraining (only when config.loo)
     query_text: str = ""
     answer_text: str = ""
 
@@ -605,20 +699,29 @@ def run(config: Config, progress=None) -> Result:
             out.append(target_logprob_batch(new, shapes, qx[qi], qy[qi]).detach().numpy())
         return np.concatenate(out) - base[query_ids]
 
-    tp_mean, tp_se, tp_pq = [], [], {}
+    tp_mean, tp_se, tp_pq, ans_share = [], [], {}, {}
     n_tasks = len(METHODS) + 2
     for j, k in enumerate(METHODS):
         top = orders[k][tq, :kk]                         # (nq, k)
         qids = np.repeat(tq, kk)
         d = patch(qids, Gp[torch.as_tensor(top.ravel())]).reshape(len(tq), kk).mean(1)
         tp_pq[k] = d
+        # share of the patched passages that contain the query's answer token (any subject)
+        ans_share[k] = float(np.mean([int(world.targets[q]) in world.passages[p]
+                                      for q, row in zip(tq, top) for p in row]))
         tp_mean.append(d.mean())
         tp_se.append(d.std(ddof=1) / math.sqrt(len(d)))
-        report(progress, 0.5 + 0.45 * (j + 1) / n_tasks, f"tail-patch {k}")
+        report(progress, (0.5 + 0.45 * (j + 1) / n_tasks) * (0.5 if config.loo else 1.0), f"tail-patch {k}")
     rnd = rng.integers(len(world.passages), size=(len(tq), kk))
     d_rnd = patch(np.repeat(tq, kk), Gp[torch.as_tensor(rnd.ravel())]).reshape(len(tq), kk).mean(1)
     d_self = patch(tq, Gq[torch.as_tensor(tq)])
-    report(progress, 0.97, "tail-patch references")
+    report(progress, 0.97 if not config.loo else 0.5, "tail-patch references")
+    loo = None
+    if config.loo:
+        lq = np.sort(np.random.default_rng(20_000 + config.seed).choice(n_q, size=min(config.loo_queries, n_q),
+                                                                         replace=False))
+        loo = leave_some_out(orders, (params, m, v, step, recall), lq, kk, config.loo_steps, config.seed, world,
+                             ProgressSpan(progress, 0.5, 0.98, "leave-some-out retraining: "))
 
     # ---- table for the picked query
     q = config.query
@@ -652,6 +755,11 @@ def run(config: Config, progress=None) -> Result:
         metrics[f"tp_{k}"] = float(tp_mean[ix[k]])
         metrics[f"tp_se_{k}"] = float(tp_se[ix[k]])
         metrics[f"conc_{k}"] = float(conc[ix[k]])
+        metrics[f"answer_share_{k}"] = ans_share[k]
+    if loo is not None:
+        for arm, mu, se in zip(loo["arms"], loo["mean"], loo["se"]):
+            metrics[f"loo_{arm}"] = float(mu)
+            metrics[f"loo_se_{arm}"] = float(se)
     report(progress, 1.0, "done")
     return Result(
         metrics=metrics, methods=list(METHODS), mrr=np.array(mrr), recall10=np.array(rec),
@@ -660,7 +768,7 @@ def run(config: Config, progress=None) -> Result:
         tp_random=float(d_rnd.mean()), tp_random_se=metrics["tp_random_se"], concentration=np.array(conc),
         first_rank={k: first_all[k][tq] for k in METHODS}, tp_per_query=tp_pq, tp_query_ids=tq,
         grad_norms=gnorm, frequent_dot=freq_idx, frequent_dot_count=freq_cnt, table=table,
-        query_text=world.text(world.queries[q]), answer_text=world.vocab[int(world.targets[q])],
+        query_text=world.text(world.queries[q]), answer_text=world.vocab[int(world.targets[q])], loo=loo,
     )
 
 
@@ -701,6 +809,23 @@ def claims(result: Result) -> list[Claim]:
               measured=ladder_steps, op=">=", threshold=3, label="rungs that raise Δ (of 3)", fmt=".0f",
               detail="Δ: " + ", ".join(f"{k} {x:.4f}" for k, x in zip(GRAD_METHODS, ladder))),
     ]
+    if result.loo is not None:
+        lts, lbm, lgd = m["loo_trackstar"], m["loo_bm25"], m["loo_grad_dot"]
+        lratio = min(lts / lbm if lbm > 0 else (math.inf if lts > 0 else -math.inf),
+                     lts / lgd if lgd > 0 else (math.inf if lts > 0 else -math.inf))
+        lladder = [m[f"loo_{k}"] for k in GRAD_METHODS]
+        out += [
+            Claim("Leave-some-out retraining: removing TrackStar's top passages lowers log p(answer) more than "
+                  "removing BM25's or grad·grad's (gradient methods win on causal influence).",
+                  measured=lratio, op=">=", threshold=1.2, label="min(LOO_TrackStar/LOO_BM25, LOO_TrackStar/LOO_grad·grad)",
+                  detail=f"drop of log p: TrackStar {lts:.3f}, BM25 {lbm:.3f}, grad·grad {lgd:.3f} "
+                         f"(true sources {m['loo_proponents']:.3f}, random {m['loo_random']:.3f})"),
+            Claim("Leave-some-out retraining: each correction (unit norm → optimizer correction → Hessian "
+                  "whitening) raises the drop of log p(answer), one rung at a time.",
+                  measured=sum(b > a for a, b in zip(lladder[:-1], lladder[1:])), op=">=", threshold=3,
+                  label="LOO rungs that raise the drop (of 3)", fmt=".0f",
+                  detail="drop: " + ", ".join(f"{k} {x:.3f}" for k, x in zip(GRAD_METHODS, lladder))),
+        ]
     return out
 
 

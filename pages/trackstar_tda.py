@@ -31,7 +31,9 @@ layout.paper_header(
         "Small scale: a 26 k-parameter causal MLP language model (context of 6 tokens) instead of an 8B "
         "transformer, a synthetic world instead of T-REx and C4, and projections of about 1 000 dimensions "
         "instead of 65 536. Influence is measured by tail-patching (one AdamW step on a passage from the saved "
-        "checkpoint and optimizer state), not by leave-some-out retraining. The Hessian approximation R "
+        "checkpoint and optimizer state) and, when you switch it on, by leave-some-out retraining that continues "
+        "training from the checkpoint for a few hundred steps without the removed passages (not a retraining "
+        "from scratch). The Hessian approximation R "
         "uses the gradients of the same 240 query prompts that are then evaluated (no labels of which "
         "passage is the source, but the same prompts). Gradients here are nearly orthogonal, so at d ≤ 1 024 "
         "the projection noise is about as large as a typical cosine: lists move with the projection seed. "
@@ -47,11 +49,19 @@ m = res.metrics
 
 layout.claims_panel(eng.claims(res))
 if m["tp_trackstar"] < m["tp_adam_cos"]:
-    st.warning(f"At this scale the Hessian whitening *lowers* tail-patch influence (Δ {m['tp_adam_cos']:.3f} "
-               f"without it, {m['tp_trackstar']:.3f} with it) while it changes attribution MRR from "
-               f"{m['mrr_adam_cos']:.2f} to {m['mrr_trackstar']:.2f}. Whitening removes directions shared by "
-               "many queries, and in this small world those shared directions (\"after 'is', say a city\") are "
-               "exactly what a single training step pushes hardest.", icon=":material/science:")
+    st.info(f"Not reproduced at this scale: the Hessian whitening *lowers* tail-patch influence (Δ "
+            f"{m['tp_adam_cos']:.3f} without it, {m['tp_trackstar']:.3f} with it) while attribution MRR goes from "
+            f"{m['mrr_adam_cos']:.2f} to {m['mrr_trackstar']:.2f}. The ladder raises Δ only at the unit-norm rung "
+            f"(grad·grad {m['tp_grad_dot']:.3f} → cosine {m['tp_grad_cos']:.3f} → + Adam {m['tp_adam_cos']:.3f} → "
+            f"TrackStar {m['tp_trackstar']:.3f}). We checked the pipeline against independent computations "
+            "(per-example gradients vs a backward loop, the AdamW step vs torch, the whitening identity, BM25 by "
+            "hand) and found no bug. Offline we saw the same drop at every λ in {0, 0.5, 0.9, 1} and d in {256, "
+            "1024}; the sliders let you check. A measured clue: the share of the patched passages that contain "
+            f"the answer token is {m['answer_share_adam_cos']:.0%} for the Adam-corrected cosine and "
+            f"{m['answer_share_trackstar']:.0%} for TrackStar. Our reading (a hypothesis, not a measurement): "
+            "whitening removes directions that many queries share, and in this small world those shared "
+            "directions (\"after 'is', say this object\") are what a single step on a passage pushes hardest.",
+            icon=":material/science:")
 if m["mrr_bm25"] <= m["mrr_trackstar"]:
     st.info("No misalignment at this scale: TrackStar finds the stating passages as well as BM25 does.")
 
@@ -90,6 +100,41 @@ fig.add_hline(y=res.tp_random, line_dash="dash", line_color="gray", annotation_t
 charts.show(fig, key="tailpatch")
 download.download_csv(pd.DataFrame({"method": res.methods, "tail_patch_mean": res.tp_mean, "tail_patch_se": res.tp_se,
                                     "query_self": res.tp_self, "random": res.tp_random}), "trackstar_tailpatch.csv")
+
+st.subheader("True influence: leave-some-out retraining")
+if res.loo is None:
+    st.info("Leave-some-out retraining is off (it takes about 5–20 s). Switch it on under \"Leave-some-out "
+            "retraining\" in the sidebar to measure the issue's proxy of true influence: for a group of queries, "
+            "remove each method's top-k passages from the training set, continue training from the checkpoint "
+            "without them, and measure how much log p(answer) drops.")
+else:
+    lo = res.loo
+    st.caption(f"{len(lo['query_ids'])} queries; each method's top {lo['k']} passages for all of them are removed "
+               f"together, then training continues from the checkpoint and its AdamW state for {lo['steps']} steps "
+               "(batch 64). A control copy keeps every passage and sees the same minibatches, so the bar is the "
+               "drop log p_control(answer) − log p_removed(answer), averaged over the queries. References: "
+               "removing the true sources (every passage that states the fact) and removing random passages. "
+               "Error bars: one standard error over queries.")
+    arms = [a for a in lo["arms"] if a != "control"]
+    ix = [lo["arms"].index(a) for a in arms]
+    labels = [NAMES.get(a, {"random": "random passages", "proponents": "true sources"}.get(a, a)) for a in arms]
+    fig = charts.bars(labels, lo["mean"][ix], title="Drop of log p(answer) after retraining without the passages",
+                      ylabel="log p_control − log p_removed", errors=lo["se"][ix], height=400, text_fmt=".3f")
+    charts.show(fig, key="loo")
+    ladder = [m[f"loo_{k}"] for k in eng.GRAD_METHODS]
+    best = max(("bm25", *eng.GRAD_METHODS), key=lambda k: m[f"loo_{k}"])
+    st.info(f"Measured on this run: the largest drop comes from removing {NAMES[best]}'s passages "
+            f"({m[f'loo_{best}']:.3f}); the ladder reads " + " → ".join(f"{x:.3f}" for x in ladder) +
+            f" (grad·grad → cosine → + Adam → TrackStar), BM25 {m['loo_bm25']:.3f}, true sources "
+            f"{m['loo_proponents']:.3f}, random {m['loo_random']:.3f}. The drops are heavy-tailed (medians: "
+            + ", ".join(f"{NAMES.get(a, a)} {v:.3f}" for a, v in zip(lo['arms'], lo['median']) if a in
+                        ('bm25', 'adam_cos', 'trackstar')) +
+            "): a few facts the model barely knows carry most of the mean, so with tens of queries the order of "
+            "the gradient methods changes with the query group (try the seed). Failing badges above are left "
+            "failing.", icon=":material/science:")
+    download.download_csv(pd.DataFrame({"arm": lo["arms"], "mean_drop": lo["mean"], "se": lo["se"],
+                                        "median_drop": lo["median"], "passages_removed": lo["n_removed"],
+                                        "fact_recall_after": lo["recall"]}), "trackstar_leave_some_out.csv")
 
 st.subheader("Attribution vs influence, query by query")
 st.caption("Each point is a tail-patched query: x is the rank of the first passage that states the fact, y is the "
@@ -162,6 +207,12 @@ $m' = \beta_1 m + (1-\beta_1) g$, $v' = \beta_2 v + (1-\beta_2) g^2$,
 $\theta' = \theta(1-\eta\lambda_{wd}) - \eta\,\frac{m'/(1-\beta_1^{t+1})}{\sqrt{v'/(1-\beta_2^{t+1})}+\epsilon}$; the
 influence is $\log p_{\theta'}(\text{answer}\mid\text{prompt}) - \log p_\theta(\cdot)$. Every pair restarts from the
 same state.
+
+**Leave-some-out retraining (opt-in).** For a query group $G$ and a method, remove
+$S = \bigcup_{q\in G} \text{top-}k(q)$ from the training set, continue AdamW from the checkpoint for $T$ steps
+(the same minibatch indices for every copy, removed passages simply left out), and report
+$\log p_{\text{control}}(\text{answer}_q) - \log p_{-S}(\text{answer}_q)$ averaged over $q\in G$. All copies train
+side by side as one stacked model (AdamW acts elementwise, so this equals separate runs).
 
 **Concentration.** The share of all queries' top-10 slots held by the 10 passages that appear most often.
 """)
