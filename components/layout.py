@@ -8,8 +8,28 @@ from engine.core.claims import Claim
 from engine.registry import get
 
 
+def ensure_app_navigation() -> None:
+    """Hand control back to app.py when Streamlit ran a page file on its own.
+
+    Streamlit decides once per server process whether the app is an old-style "pages/ folder" app: until
+    some session has executed ``st.navigation`` (in app.py), a folder named ``pages`` next to the entry
+    script makes it run the requested page file directly, with a plain file-name sidebar and without
+    app.py's set-up. That is what a visitor sees who opens a shared page link on a freshly started
+    server. The first page run in that state switches the flag off and reruns, so app.py builds the real
+    navigation and shows the same page (its URL path is the file stem in both cases).
+    """
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:  # a Streamlit without this flag has no such mode to leave
+        return
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def paper_header(slug: str, idea: str, caveat: str | None = None) -> None:
     """Title, the idea in one paragraph (our words), and the paper link."""
+    ensure_app_navigation()
     paper = get(slug)
     st.title(paper.title)
     st.caption(f"ICLR 2025 · {paper.area} · [paper]({paper.url})")

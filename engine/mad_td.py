@@ -9,7 +9,12 @@ The critic (MLP [s, a] -> h -> h -> 1, ReLU, Adam) does UTD TD updates per envir
 Polyak target critic; target y = r + gamma Qbar(s', pi(s')). MAD-TD replaces a fraction f of
 every batch by model transitions at the *policy's* action: (s, pi(s), r_hat, s_hat'), with a
 least-squares linear dynamics model and quadratic reward model refit every 10 steps on the
-buffer. All critics (variants x seeds) are one batch with hand-written gradients (numpy).
+buffer. All critics (variants x seeds) are one batch with hand-written gradients (numpy); the variants of a
+seed are paired (same data, initial weights and batch indices).
+
+Besides the on-policy error, the run measures the two things an actor would feel (issue #8): overestimation
+at unobserved actions, taken as the critic's greedy actions argmax_a Q_theta(s, a) over a wide action grid, and
+the discounted return of that greedy policy in the true LQR (fixed starts and noise, common to all critics).
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ K_B = np.array([0.5, 0.2])
 EP_LEN = 25
 WARMUP = 32
 BATCH = 64
+ACT_GRID = np.linspace(-4.0, 4.0, 17)   # actions searched by the greedy policy (data actions lie within ~±1)
+N_EVAL_STATES = 64                       # buffer states at which the greedy overestimation is measured
+N_ROLL, H_ROLL = 16, 25                  # greedy-policy evaluation: start states, horizon
+GREEDY_EVERY = 40                        # env steps between greedy-policy evaluations
 
 
 @dataclass(frozen=True)
@@ -50,13 +59,35 @@ class Config:
                                     help="Adds UTD 2 and a noisy-model variant; about 2.5× the default cost"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
+    def __post_init__(self):
+        est = estimated_seconds(self)
+        if est > MAX_SECONDS:
+            raise ValueError(f"this combination would take about {est:.0f} s (limit {MAX_SECONDS:.0f} s); "
+                             "lower the UTD, environment steps, seeds or critic width")
+
+
+MAX_SECONDS = 20.0
+
+
+def estimated_seconds(cfg: Config) -> float:
+    """Rough CPU time on a busy 2-core machine (fitted: ~1.2 ms per batched update, evaluations included,
+    + ~20 ns per critic weight x batch of updates)."""
+    nv = 3 if cfg.sweep else 2
+    updates = (cfg.utd + (2 if cfg.sweep and cfg.utd != 2 else 0)) * max(cfg.env_steps - WARMUP, 0)
+    return 1.2e-3 * updates + 2e-8 * updates * cfg.n_seeds * nv * (cfg.width**2 + 4 * cfg.width + BATCH)
+
 
 @dataclass
 class Result:
     steps: np.ndarray                 # recorded env steps
     rmse: dict                        # "variant @ UTD" -> (seeds, P) on-policy RMSE
+    gsteps: np.ndarray                # env steps of the greedy-policy evaluations (P_g)
     bias: dict                        # same, mean error
     final: dict                       # "variant @ UTD" -> (seeds,) final on-policy RMSE
+    over: dict = field(default_factory=dict)      # same keys -> (seeds, P_g) mean Q_θ − Q^π at the greedy action
+    regret: dict = field(default_factory=dict)    # same keys -> (seeds, P_g) greedy-policy return regret / |J*|
+    late_over: dict = field(default_factory=dict)      # -> (seeds,) mean overestimation over the 2nd half
+    worst_regret: dict = field(default_factory=dict)   # -> (seeds,) worst regret over the 2nd half
     heat: dict = field(default_factory=dict)      # variant -> (G, G) error map (seed 0, main UTD)
     heat_axis: np.ndarray = field(default_factory=lambda: np.zeros(0))
     data_states: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
@@ -130,14 +161,16 @@ class Critics:
     so Adam and the Polyak update are a handful of whole-array operations.
     """
 
-    def __init__(self, V: int, h: int, rng, lr=1e-3, tau=0.01):
+    def __init__(self, V: int, h: int, rng, lr=1e-3, tau=0.01, share: int = 1):
+        """share: consecutive groups of this many critics start from identical weights (paired variants)."""
         shapes = [(3, h), (h,), (h, h), (h,), (h, 1), (1,)]
         fans = [3, 3, h, h, h, h]
         sizes = [int(np.prod(sh)) for sh in shapes]
         self.offsets = np.cumsum([0] + sizes)
         self.shapes, self.V = shapes, V
-        self.flat = np.concatenate([rng.uniform(-1 / np.sqrt(f), 1 / np.sqrt(f), (V, n))
-                                    for f, n in zip(fans, sizes)], 1).astype(np.float32)
+        init = np.concatenate([rng.uniform(-1 / np.sqrt(f), 1 / np.sqrt(f), (V // share, n))
+                               for f, n in zip(fans, sizes)], 1).astype(np.float32)
+        self.flat = np.ascontiguousarray(np.repeat(init, share, axis=0))
         self.buf = np.zeros_like(self.flat)
         self.tflat = self.flat.copy()
         self.m = np.zeros_like(self.flat)
@@ -224,24 +257,66 @@ def _take(X: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.take_along_axis(X, idx.reshape(idx.shape + (1,) * (X.ndim - 2)), 1)
 
 
+def greedy_actions(crit: Critics, s: np.ndarray) -> np.ndarray:
+    """argmax_a Q_theta(s, a) over ACT_GRID, refined by the parabola through the best grid point and its neighbours
+    (kept only where it improves on the grid point).
+
+    s: (V, M, 2) -> (V, M). The grid spans far beyond the data actions: these are the unobserved actions an
+    actor maximising the critic would move to.
+    """
+    V, M = s.shape[:2]
+    n_a = len(ACT_GRID)
+    q = crit.q(np.repeat(s, n_a, axis=1), np.broadcast_to(np.tile(ACT_GRID, M), (V, M * n_a))).reshape(V, M, n_a)
+    i = q.argmax(-1)
+    j = np.clip(i, 1, n_a - 2)
+    qm, q0, qp = (np.take_along_axis(q, (j + d)[..., None], -1)[..., 0] for d in (-1, 0, 1))
+    curv = qm - 2 * q0 + qp
+    shift = np.where(curv < 0, 0.5 * (qm - qp) / np.where(curv < 0, curv, -1.0), 0.0)
+    step = ACT_GRID[1] - ACT_GRID[0]
+    a = np.where((i == j) & (curv < 0), ACT_GRID[j] + np.clip(shift, -1.0, 1.0) * step, ACT_GRID[i])
+    # a ReLU critic is piecewise linear, so the parabola's vertex can be worse: keep the better of the two
+    return np.where(crit.q(s, a) >= q.max(-1), a, ACT_GRID[i])
+
+
+def rollout_return(policy, starts: np.ndarray, noise: np.ndarray, gamma: float) -> np.ndarray:
+    """Discounted return of ``policy`` (s (..., M, 2) -> a (..., M)) from ``starts`` with fixed noise (H, M, 2).
+
+    Returns the mean over the M starts (shape ``policy``'s leading axes)."""
+    s = starts
+    ret = 0.0
+    for t in range(noise.shape[0]):
+        a = policy(s)
+        ret = ret + gamma**t * reward(s, a)
+        s = s @ A_DYN.T + a[..., None] * B_DYN[:, 0] + noise[t]
+    return np.mean(ret, -1)
+
+
 def train(cfg: Config, utd: int, variants: list[tuple[str, float, float]], rng, progress=None, span=(0, 1),
           keep=False):
-    """Train every (variant, seed) critic on per-seed data streams. variants: (name, frac, bad_sigma)."""
+    """Train every (variant, seed) critic on per-seed data streams. variants: (name, frac, bad_sigma).
+
+    Paired design: the critics of one seed share the data stream, the initial weights, the batch indices
+    and the evaluation states; they differ only in the model rows of their batches.
+    """
     K, _ = lqr_gain(cfg.gamma)
     n_s, nv = cfg.n_seeds, len(variants)
     V = n_s * nv
     seed_of = np.repeat(np.arange(n_s), nv)            # critic v belongs to seed v // nv
     n_model = np.array([int(round(f * BATCH)) for _ in range(n_s) for (_, f, _) in variants])
     bad = np.array([b for _ in range(n_s) for (_, _, b) in variants])
-    crit = Critics(V, cfg.width, rng)
+    crit = Critics(V, cfg.width, rng, share=nv)
     T = cfg.env_steps
     S = np.zeros((n_s, T, 2))
     Aa = np.zeros((n_s, T))
     Rr = np.zeros((n_s, T))
     S2 = np.zeros((n_s, T, 2))
+    # evaluation rollouts of the greedy policy: fixed starts and noise, common to every critic
+    starts = rng.uniform(-1, 1, (N_ROLL, 2))
+    roll_noise = rng.normal(0, W_STD, (H_ROLL, N_ROLL, 2))
+    j_opt = float(rollout_return(lambda x: -x @ K, starts, roll_noise, cfg.gamma))
     s = rng.uniform(-1, 1, (n_s, 2))
     model = (np.zeros((n_s, 3, 2)), np.zeros((n_s, 6)))
-    rec_steps, rmse, bias = [], [], []
+    rec = {k: [] for k in ("step", "rmse", "bias", "gstep", "over", "regret")}
     for t in range(T):
         if t % EP_LEN == 0:
             s = rng.uniform(-1, 1, (n_s, 2))
@@ -270,13 +345,20 @@ def train(cfg: Config, utd: int, variants: list[tuple[str, float, float]], rng, 
             st = S[:, :n][seed_of]
             ap = -st @ K
             err = crit.q(st, ap) - q_true(st, ap, K, cfg.gamma)
-            rec_steps.append(n)
-            rmse.append(np.sqrt((err**2).mean(1)))
-            bias.append(err.mean(1))
+            rec["step"].append(n)
+            rec["rmse"].append(np.sqrt((err**2).mean(1)))
+            rec["bias"].append(err.mean(1))
             report(progress, span[0] + (span[1] - span[0]) * n / T, f"UTD {utd}: env step {n}/{T}")
-    rmse = np.array(rmse).T.reshape(n_s, nv, -1)
-    bias = np.array(bias).T.reshape(n_s, nv, -1)
-    out = {"steps": np.array(rec_steps), "rmse": rmse, "bias": bias, "K": K}
+        if n % GREEDY_EVERY == 0 or n == T:
+            se = S[:, np.linspace(0, n - 1, min(n, N_EVAL_STATES)).astype(int)][seed_of]
+            ag = greedy_actions(crit, se)
+            rec["gstep"].append(n)
+            rec["over"].append((crit.q(se, ag) - q_true(se, ag, K, cfg.gamma)).mean(1))
+            j = rollout_return(lambda x: greedy_actions(crit, x),
+                               np.broadcast_to(starts, (V, N_ROLL, 2)), roll_noise, cfg.gamma)
+            rec["regret"].append((j_opt - j) / abs(j_opt))
+    out = {k: np.array(v).T.reshape(n_s, nv, -1) for k, v in rec.items() if "step" not in k}
+    out.update(steps=np.array(rec["step"]), gsteps=np.array(rec["gstep"]), K=K, j_opt=j_opt)
     if keep:
         out.update(crit=crit, S=S, A=Aa, nv=nv)
     return out
@@ -289,24 +371,41 @@ def run(config: Config, progress=None) -> Result:
     if config.sweep:
         variants.append(("MAD-TD noisy model", config.frac, config.bad_sigma if config.bad_sigma > 0 else 0.3))
     utds = [config.utd] + ([2] if config.sweep and config.utd != 2 else [])
-    rmse, bias, final = {}, {}, {}
+    rmse, bias, final, over, regret = {}, {}, {}, {}, {}
+    late_over, worst_regret = {}, {}
     main = None
     for ui, u in enumerate(utds):
         sub = np.random.default_rng(config.seed * 1000 + 7)   # identical data streams across UTD values
         out = train(config, u, variants, sub, progress, (ui / len(utds), (ui + 1) / len(utds)), keep=ui == 0)
         if ui == 0:
             main = out
+        late = out["gsteps"] > config.env_steps / 2              # greedy checkpoints of the second half
         for vi, (name, _, _) in enumerate(variants):
             key = f"{name} @ UTD {u}"
             rmse[key] = out["rmse"][:, vi]
             bias[key] = out["bias"][:, vi]
             final[key] = out["rmse"][:, vi, -1]
+            over[key] = out["over"][:, vi]
+            regret[key] = out["regret"][:, vi]
+            late_over[key] = out["over"][:, vi, late].mean(-1)
+            worst_regret[key] = out["regret"][:, vi, late].max(-1)
     m: dict[str, float] = {"utd": config.utd, "sweep": float(config.sweep), "frac": config.frac}
     med = {k: float(np.median(v)) for k, v in final.items()}
     u = config.utd
-    m["real_final"] = med[f"real only @ UTD {u}"]
-    m["mad_final"] = med[f"MAD-TD @ UTD {u}"]
+    real, mad = f"real only @ UTD {u}", f"MAD-TD @ UTD {u}"
+    m["real_final"] = med[real]
+    m["mad_final"] = med[mad]
     m["ratio_real_mad"] = m["real_final"] / max(m["mad_final"], 1e-9)
+    m["real_bias_pi"] = float(np.median(bias[real][:, -1]))
+    m["mad_bias_pi"] = float(np.median(bias[mad][:, -1]))
+    m["real_over"] = float(np.median(late_over[real]))
+    m["mad_over"] = float(np.median(late_over[mad]))
+    # no overestimation to remove -> the ratio is undefined and the claim fails
+    m["over_ratio"] = m["mad_over"] / m["real_over"] if m["real_over"] > 0 else float("inf")
+    m["real_regret"] = float(np.median(worst_regret[real]))
+    m["mad_regret"] = float(np.median(worst_regret[mad]))
+    m["regret_ratio"] = m["mad_regret"] / max(m["real_regret"], 1e-9)
+    m["j_opt"] = float(main["j_opt"])
     if config.sweep and u != 2:
         m["real_utd_ratio"] = m["real_final"] / max(med["real only @ UTD 2"], 1e-9)
         m["mad_utd_ratio"] = m["mad_final"] / max(med["MAD-TD @ UTD 2"], 1e-9)
@@ -330,7 +429,8 @@ def run(config: Config, progress=None) -> Result:
     for vi, (name, _, _) in enumerate(variants):
         slice_q[name] = qs[vi]
     report(progress, 1.0, "done")
-    return Result(steps=main["steps"], rmse=rmse, bias=bias, final=final, heat=heat, heat_axis=g,
+    return Result(steps=main["steps"], gsteps=main["gsteps"], rmse=rmse, bias=bias, final=final, over=over, regret=regret,
+                  late_over=late_over, worst_regret=worst_regret, heat=heat, heat_axis=g,
                   data_states=main["S"][0], slice_a=acts, slice_q=slice_q, slice_state=s0,
                   data_actions=main["A"][0], metrics=m | {"pi_s0": float(-s0 @ K)})
 
@@ -338,9 +438,21 @@ def run(config: Config, progress=None) -> Result:
 def claims(result: Result) -> list[Claim]:
     m = result.metrics
     u = int(m["utd"])
-    out = [Claim(f"At UTD {u}, 5 % model data at on-policy actions cuts the critic's on-policy error",
+    pct = f"{100 * m['frac']:g} %"
+    out = [Claim(f"At UTD {u}, {pct} model data at on-policy actions cuts the critic's on-policy error",
                  measured=m["ratio_real_mad"], op=">=", threshold=2.0, label="median RMSE real-only / MAD-TD",
-                 detail=f"real-only {m['real_final']:.2f}, MAD-TD {m['mad_final']:.2f} (true |Q| ≈ 4)", fmt=".2f")]
+                 detail=f"real-only {m['real_final']:.2f}, MAD-TD {m['mad_final']:.2f} (true |Q| ≈ 4)", fmt=".2f"),
+           Claim(f"At UTD {u}, model data cuts value overestimation at unobserved actions (the critic's greedy "
+                 "actions, where an actor would go)",
+                 measured=m["over_ratio"], op="<=", threshold=0.5,
+                 label="median overestimation MAD-TD / real-only",
+                 detail=(f"mean Q_θ − Q^π at argmax_a Q_θ over the 2nd half of training: real-only "
+                         f"{m['real_over']:+.2f}, MAD-TD {m['mad_over']:+.2f} (needs real-only > 0)"), fmt=".2f"),
+           Claim(f"At UTD {u}, returns of the critic's greedy policy are more stable with model data",
+                 measured=m["regret_ratio"], op="<=", threshold=0.5,
+                 label="median worst regret MAD-TD / real-only",
+                 detail=(f"worst (J* − J_greedy)/|J*| over the 2nd half: real-only {m['real_regret']:.2f}, "
+                         f"MAD-TD {m['mad_regret']:.2f}"), fmt=".2f")]
     if m.get("sweep") and "real_utd_ratio" in m:
         out.append(Claim("More updates per sample hurt without model data", measured=m["real_utd_ratio"], op=">=",
                          threshold=1.0, label=f"real-only RMSE, UTD {u} / UTD 2", fmt=".2f"))

@@ -120,8 +120,8 @@ PAPERS: list[Paper] = [
           "Q-learning (PQN) trains fast.", arxiv="2407.04811",
           page="pages/pqn.py", module="engine.pqn"),
     Paper("mad-td", "MAD-TD: Model-Augmented Data stabilizes High Update Ratio RL", R,
-          "Mixing a few model-generated transitions into high update-to-data TD learning curbs "
-          "value overestimation.", arxiv="2410.08896",
+          "Mixing a few model-generated transitions into high update-to-data TD learning keeps "
+          "the critic accurate where more updates on real data alone make it drift.", arxiv="2410.08896",
           page="pages/mad_td.py", module="engine.mad_td"),
     Paper("softmoe-tokenization", "Don't flatten, tokenize! Unlocking the key to SoftMoE's efficacy in deep RL", R,
           "Most of SoftMoE's gain in deep RL comes from tokenising the encoder output, not from "

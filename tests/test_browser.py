@@ -12,6 +12,7 @@ installs chromium), in which case a missing browser is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import statistics
@@ -67,8 +68,9 @@ def _rss_mib(pid: int) -> float:
     return total / 1024
 
 
-@pytest.fixture(scope="module")
-def server():
+@contextlib.contextmanager
+def _serve():
+    """A fresh Streamlit server process for app.py on a free loopback port; yields (base URL, process)."""
     port = _free_port()
     env = dict(os.environ, EXPLORER_FORCE_CPU="1", PYTHONUNBUFFERED="1")
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
@@ -90,12 +92,20 @@ def server():
     else:
         proc.kill()
         raise RuntimeError("streamlit did not start:\n" + Path(log.name).read_text()[-3000:])
-    yield base, proc
-    proc.terminate()
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        yield base, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with _serve() as srv:
+        yield srv
 
 
 def _driver(width: int = 1400, height: int = 1100, eager: bool = False, extra: tuple[str, ...] = ()):
@@ -190,6 +200,31 @@ def test_shared_url_sets_widgets(server, driver):
     assert sliders.get("Eigenvectors kept per class") == "5", sliders
     assert sliders.get("Epochs") == "20", sliders
     assert "truncation=bottom" in driver.current_url and "class_idx=7" in driver.current_url
+
+
+def _slider_values(d) -> dict[str, str]:
+    from selenium.webdriver.common.by import By
+
+    return {s.find_element(By.CSS_SELECTOR, "label").text.strip():
+            s.find_element(By.CSS_SELECTOR, "[data-testid='stSliderThumbValue']").text.strip()
+            for s in d.find_elements(By.CSS_SELECTOR, "[data-testid='stSlider']")}
+
+
+def test_shared_link_as_first_visit_of_a_fresh_server(driver):
+    """A hosted app that was asleep is woken by whoever opens a shared page link. Streamlit then treats
+    the app as an old-style pages/ folder app until app.py's st.navigation has run once; the page must
+    still come up inside the app's own navigation (sections, short names) with the link's settings."""
+    from selenium.webdriver.common.by import By
+
+    with _serve() as (base, _):
+        driver.get(f"{base}/lora_pro?rank=8&seed=1")
+        _wait_rendered(driver, PAGE_TIMEOUT)
+        nav = driver.find_element(By.CSS_SELECTOR, "[data-testid='stSidebarNav']").text
+        assert "Home: all 38 papers" in nav and "Interpretability" in nav, nav
+        assert "\napp\n" not in f"\n{nav}\n", nav       # the plain file-name list starts with "app"
+        sliders = _slider_values(driver)
+        assert sliders.get("LoRA rank r") == "8" and sliders.get("Seed") == "1", sliders
+        assert "rank=8" in driver.current_url and "seed=1" in driver.current_url
 
 
 # Installed in every tab before its document loads: records, relative to the tab's navigation start,
