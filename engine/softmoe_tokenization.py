@@ -38,8 +38,10 @@ LABELS = {"dense": "dense (flatten → MLP, baseline)", "softmoe4_per_conv": "So
 TOKENIZATIONS = ("per_conv", "per_feat", "per_patch", "flatten")
 SHIPPED_COLS = 5
 ASSET_DIR = "softmoe-tokenization"
-TRAIN_SEEDS = 3
-TRAIN_STEPS = 500
+TRAIN_SEEDS = 5
+# every head must fit its training states (train MSE ~1e-3 or below) before held-out error is compared:
+# at 500 steps the dense head was still at train MSE 0.03 while the SoftMoE heads had converged
+TRAIN_STEPS = 2000
 EVAL_EVERY = 25
 
 
@@ -55,6 +57,9 @@ class Config:
     width_scale: int = param(4, Int(1, 8, "Single-expert width scale",
                                     help="hidden width of the single expert = scale × 64"))
     layernorm: bool = param(True, Bool("LayerNorm on tokens", help="our addition, not in the official code"))
+    l2_routing: bool = param(True, Bool("Scaled ℓ2 routing normalisation",
+                                        help="Soft MoE's normalisation: unit-norm tokens and slot parameters in the "
+                                             "routing logits, times a learned scale"))
     live_steps: int = param(100, Int(50, 300, "Live training steps", step=50))
     columns: int = param(5, Int(3, 9, "Grid columns", help="Catch width for the live run and the anatomy view"))
     train_frac: float = param(0.5, Float(0.2, 0.9, "Training fraction of states", step=0.1))
@@ -138,18 +143,30 @@ def _modules():
     class SoftMoE(nn.Module):
         """Soft mixture of experts on a set of tokens (m × d); experts map back to d."""
 
-        def __init__(self, d: int, m: int, n: int, cf: float, hidden: int):
+        def __init__(self, d: int, m: int, n: int, cf: float, hidden: int, l2_routing: bool = False):
             super().__init__()
             self.n, self.p = n, slots_per_expert(m, n, cf)
             self.phi = nn.Parameter(torch.randn(d, n, self.p) / math.sqrt(d))
+            # Soft MoE's optional normalisation: unit-norm tokens and unit-norm slot parameters (over d) inside
+            # the routing logits only, times one learnable scale (initialised to 1); slot inputs use raw tokens
+            self.l2_routing = l2_routing
+            if l2_routing:
+                self.scale = nn.Parameter(torch.ones(1))
             self.w1 = nn.Parameter(torch.randn(n, d, hidden) * math.sqrt(2.0 / d))
             self.b1 = nn.Parameter(torch.zeros(n, hidden))
             self.w2 = nn.Parameter(torch.randn(n, hidden, d) / math.sqrt(hidden))
             self.b2 = nn.Parameter(torch.zeros(n, d))
             self.expert_mask = None     # optional (n,) 0/1 tensor: masked experts get no combine weight
 
+        def logits(self, x):
+            if not self.l2_routing:
+                return torch.einsum("bmd,dnp->bmnp", x, self.phi)
+            xn = x / (x.norm(dim=-1, keepdim=True) + 1e-6)
+            phin = self.phi / (self.phi.norm(dim=0, keepdim=True) + 1e-6)
+            return self.scale * torch.einsum("bmd,dnp->bmnp", xn, phin)
+
         def weights(self, x):
-            logits = torch.einsum("bmd,dnp->bmnp", x, self.phi)
+            logits = self.logits(x)
             dispatch = logits.softmax(dim=1)                                   # over tokens
             flat = logits.reshape(x.shape[0], x.shape[1], -1)
             if self.expert_mask is not None:
@@ -171,7 +188,8 @@ def _modules():
 
     class Net(nn.Module):
         def __init__(self, cols: int, arch: str, tokenization: str = "per_conv", experts: int = 4,
-                     capacity: float = 1.0, width_scale: int = 1, layernorm: bool = True):
+                     capacity: float = 1.0, width_scale: int = 1, layernorm: bool = True,
+                     l2_routing: bool = False):
             super().__init__()
             c = CHANNELS
             self.enc = nn.Sequential(nn.Conv2d(2, c, 3, padding=1), nn.ReLU(), nn.Conv2d(c, c, 3, padding=1), nn.ReLU())
@@ -182,7 +200,7 @@ def _modules():
             self.patch = nn.Conv2d(c, c, 2, stride=2) if tokenization == "per_patch" else None
             m, d = token_shape(tokenization, cols)
             self.norm = nn.LayerNorm(d) if layernorm else nn.Identity()
-            self.moe = SoftMoE(d, m, experts, capacity, HIDDEN * width_scale)
+            self.moe = SoftMoE(d, m, experts, capacity, HIDDEN * width_scale, l2_routing)
             self.out = nn.Linear(m * d, 3)
 
         def tokens(self, x):
@@ -218,17 +236,19 @@ def token_shape(tokenization: str, cols: int) -> tuple[int, int]:
             "flatten": (1, hw * CHANNELS)}[tokenization]
 
 
-def arch_kwargs(arch: str, experts: int = 4, width_scale: int = 4, layernorm: bool = True) -> dict:
+def arch_kwargs(arch: str, experts: int = 4, width_scale: int = 4, layernorm: bool = True,
+                l2_routing: bool = True) -> dict:
     if arch == "dense":
         return {"arch": "dense"}
+    norm = dict(layernorm=layernorm, l2_routing=l2_routing)
     if arch == "softmoe4_per_conv":
-        return dict(arch=arch, tokenization="per_conv", experts=4, layernorm=layernorm)
+        return dict(arch=arch, tokenization="per_conv", experts=4, **norm)
     if arch == "softmoe1_per_conv_scaled":
-        return dict(arch=arch, tokenization="per_conv", experts=1, width_scale=width_scale, layernorm=layernorm)
+        return dict(arch=arch, tokenization="per_conv", experts=1, width_scale=width_scale, **norm)
     if arch == "softmoe4_flatten":
-        return dict(arch=arch, tokenization="flatten", experts=4, layernorm=layernorm)
+        return dict(arch=arch, tokenization="flatten", experts=4, **norm)
     if arch == "softmoe_n_per_conv":
-        return dict(arch=arch, tokenization="per_conv", experts=experts, layernorm=layernorm)
+        return dict(arch=arch, tokenization="per_conv", experts=experts, **norm)
     raise InputError(f"unknown architecture {arch!r}")
 
 
@@ -258,32 +278,32 @@ def train_head(arch: str, cols: int, steps: int, seed: int, frac: float = 0.5, p
     seed_everything(seed)
     X, Y, tr, te = split(cols, frac, seed)
     net = build(arch, cols, **kw)
-    from engine.core.nn import make_optimizer
+    from engine.core.nn import train_loop
 
-    opt = make_optimizer(net.parameters(), lr=LR)
     g = torch.Generator().manual_seed(seed)
-    curve = {"step": [], "test_mse": [], "success": []}
+    curve = {"step": [], "train_mse": [], "test_mse": [], "success": []}
 
     def evaluate(step):
         net.eval()
         with torch.no_grad():
             mse = float(F.mse_loss(net(X[te]), Y[te])) if len(te) else float("nan")
+            curve["train_mse"].append(float(F.mse_loss(net(X[tr]), Y[tr])))
         curve["step"].append(step)
         curve["test_mse"].append(mse)
         curve["success"].append(greedy_success(net, cols))
         net.train()
 
-    evaluate(0)
-    for i in range(steps):
+    def loss_fn(_step):
         idx = tr[torch.randint(len(tr), (BATCH,), generator=g)]
-        loss = F.mse_loss(net(X[idx]), Y[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 10.0)
-        opt.step()
+        return F.mse_loss(net(X[idx]), Y[idx])
+
+    def on_step(i, _loss):
         if (i + 1) % eval_every == 0 or i + 1 == steps:
             evaluate(i + 1)
-            report(progress, (i + 1) / steps, f"{LABELS.get(arch, arch)}: step {i + 1}/{steps}")
+
+    evaluate(0)
+    train_loop(net.parameters(), loss_fn, steps, lr=LR, grad_clip=10.0, progress=progress,
+               message=LABELS.get(arch, arch), on_step=on_step, report_every=eval_every)
     return net, {k: np.asarray(v, dtype=float) for k, v in curve.items()}
 
 
@@ -296,7 +316,7 @@ def anatomy(cfg: Config, obs):
         torch.manual_seed(cfg.seed)
         _, Net = _modules()
         net = Net(cfg.columns, "softmoe", tokenization=tok, experts=cfg.experts, capacity=cfg.capacity,
-                  layernorm=cfg.layernorm)
+                  layernorm=cfg.layernorm, l2_routing=cfg.l2_routing)
         with torch.no_grad():
             x = net.tokens(obs)
             D, C = net.moe.weights(x)
@@ -328,31 +348,41 @@ def load_shipped():
     return {k: z[k] for k in z.files}
 
 
+def shipped_moe4_paths() -> list:
+    from engine.core.nn import asset_path
+    return sorted(asset_path(ASSET_DIR).glob("softmoe4_per_conv_seed*.pt"))
+
+
 def masking_analysis(cfg: Config):
-    """Greedy success of the shipped SoftMoE-4 (per-conv) when each single expert is masked out."""
-    from engine.core.nn import asset_path, load_state
-    path = asset_path(ASSET_DIR) / "softmoe4_per_conv.pt"
-    if not path.exists():
+    """Greedy success of each shipped SoftMoE-4 (per-conv, one per training seed) with each single expert
+    masked out; the claim uses the worst drop over experts, averaged over the seeds."""
+    from engine.core.nn import load_state
+    paths = shipped_moe4_paths()
+    if not paths:
         return None
     torch = _torch()
-    ck = load_state(path)
-    net = build("softmoe4_per_conv", SHIPPED_COLS)
-    net.load_state_dict(ck["state"])
-    net.eval()
     t, b, p = all_states(SHIPPED_COLS)
-    with torch.no_grad():
-        x = net.tokens(observe(t, b, p, SHIPPED_COLS))
-        _, C = net.moe.weights(x)
-    mass = C.sum(dim=(1, 3)).mean(0) / C.shape[1]        # mean combine mass per expert
-    base = greedy_success(net, SHIPPED_COLS)
-    masked = []
-    for j in range(net.moe.n):
-        mask = torch.ones(net.moe.n)
-        mask[j] = 0
-        net.moe.expert_mask = mask
-        masked.append(greedy_success(net, SHIPPED_COLS))
-    net.moe.expert_mask = None
-    return {"base": base, "masked": np.asarray(masked), "mass": mass.numpy()}
+    obs = observe(t, b, p, SHIPPED_COLS)
+    base, masked, mass = [], [], []
+    for path in paths:
+        net = build("softmoe4_per_conv", SHIPPED_COLS)
+        net.load_state_dict(load_state(path)["state"])
+        net.eval()
+        with torch.no_grad():
+            _, C = net.moe.weights(net.tokens(obs))
+        mass.append((C.sum(dim=(1, 3)).mean(0) / C.shape[1]).numpy())     # mean combine mass per expert
+        base.append(greedy_success(net, SHIPPED_COLS))
+        row = []
+        for j in range(net.moe.n):
+            mask = torch.ones(net.moe.n)
+            mask[j] = 0
+            net.moe.expert_mask = mask
+            row.append(greedy_success(net, SHIPPED_COLS))
+        net.moe.expert_mask = None
+        masked.append(row)
+    base, masked = np.asarray(base), np.asarray(masked)
+    return {"base": base, "masked": masked, "mass": np.asarray(mass),
+            "worst_drop": base - masked.min(1)}
 
 
 def final_stats(shipped: dict, key: str = "test_mse") -> dict:
@@ -383,7 +413,8 @@ def run(config: Config, progress=None) -> Result:
     report(progress, 0.1, "training live")
     net, curve = train_head(config.live_arch, cols, config.live_steps, config.seed, config.train_frac,
                             progress=ProgressSpan(progress, 0.1, 1.0), experts=config.experts,
-                            width_scale=config.width_scale, layernorm=config.layernorm)
+                            width_scale=config.width_scale, layernorm=config.layernorm,
+                            l2_routing=config.l2_routing)
     live = {"arch": config.live_arch, "params": n_params(net), **curve}
 
     metrics = dict(degen)
@@ -397,8 +428,8 @@ def run(config: Config, progress=None) -> Result:
         metrics["moe4_gain_rel"] = gain / base
         metrics["moe1_gain_fraction"] = (base - moe1) / gain if gain > 1e-3 else float("-inf")
     if masking is not None:
-        metrics["mask_base_success"] = masking["base"]
-        metrics["mask_worst_drop"] = float(masking["base"] - masking["masked"].min())
+        metrics["mask_base_success"] = float(masking["base"].mean())
+        metrics["mask_worst_drop"] = float(masking["worst_drop"].mean())
     metrics["live_final_mse"] = float(curve["test_mse"][-1])
     metrics["live_final_success"] = float(curve["success"][-1])
     report(progress, 1.0, "done")
@@ -417,11 +448,11 @@ def claims(result: Result) -> list[Claim]:
               label="min ‖x̃ᵢ − x̃ⱼ‖ / mean ‖x̃‖ (per-conv)"),
     ]
     if "moe4_gain_rel" in m:
-        out.append(Claim("Tokenised SoftMoE-4 beats the flattened dense head on held-out states (shipped, 3 seeds)",
+        out.append(Claim("Tokenised SoftMoE-4 beats the flattened dense head on held-out states (shipped seeds)",
                          measured=m["moe4_gain_rel"], op=">=", threshold=0.1,
                          label="relative held-out MSE reduction vs dense",
                          detail=f"MSE dense {m['final_mse_dense']:.3f}, SoftMoE-4 {m['final_mse_softmoe4_per_conv']:.3f}"))
-        out.append(Claim("A single scaled expert over the same tokens keeps most of that gain (shipped, 3 seeds)",
+        out.append(Claim("A single scaled expert over the same tokens keeps most of that gain (shipped seeds)",
                          measured=m["moe1_gain_fraction"], op=">=", threshold=0.5,
                          label="(MSE dense − MSE SoftMoE-1) / (MSE dense − MSE SoftMoE-4)",
                          detail=f"SoftMoE-1 MSE {m['final_mse_softmoe1_per_conv_scaled']:.3f}; "
@@ -429,7 +460,7 @@ def claims(result: Result) -> list[Claim]:
     if "mask_worst_drop" in m:
         out.append(Claim("Experts are redundant: masking any one expert barely changes greedy success",
                          measured=m["mask_worst_drop"], op="<=", threshold=0.15,
-                         label="worst drop in greedy success (shipped SoftMoE-4)",
+                         label="worst drop in greedy success over experts (shipped SoftMoE-4, mean over seeds)",
                          detail=f"unmasked success {m['mask_base_success']:.2f}"))
     return out
 
@@ -443,17 +474,20 @@ def train_script(seeds: int = TRAIN_SEEDS, steps: int = TRAIN_STEPS) -> None:
     data: dict[str, np.ndarray] = {}
     t0 = time.time()
     for arch in ARCHS:
-        mses, sucs = [], []
+        mses, sucs, trs = [], [], []
         for s in range(seeds):
             net, curve = train_head(arch, SHIPPED_COLS, steps, s, 0.5)
             mses.append(curve["test_mse"])
+            trs.append(curve["train_mse"])
             sucs.append(curve["success"])
             data["step"] = curve["step"]
-            if arch == "softmoe4_per_conv" and s == 0:
-                save_state(net, out_dir / "softmoe4_per_conv.pt", extra={"cols": SHIPPED_COLS, "steps": steps})
+            if arch == "softmoe4_per_conv":
+                save_state(net, out_dir / f"softmoe4_per_conv_seed{s}.pt",
+                           extra={"cols": SHIPPED_COLS, "steps": steps, "seed": s})
             print(f"{arch} seed {s}: mse {curve['test_mse'][-1]:.3f} success {curve['success'][-1]:.2f} "
                   f"({time.time() - t0:.0f}s)", flush=True)
         data[f"{arch}_test_mse"] = np.stack(mses)
+        data[f"{arch}_train_mse"] = np.stack(trs)
         data[f"{arch}_success"] = np.stack(sucs)
     np.savez_compressed(out_dir / "curves.npz", **data)
 

