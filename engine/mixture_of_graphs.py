@@ -149,15 +149,30 @@ def directed_edges(A: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
     return dst, A.indices.astype(np.int64)
 
 
-def ego_keep_mask(dst: np.ndarray, score: np.ndarray, keep: float, n: int) -> np.ndarray:
-    """For every node, keep the top ceil(keep * deg) of its incident edges by score (at least one)."""
+def ego_rank(dst: np.ndarray, score: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rank of every edge among its node's edges by decreasing score, node degrees)."""
     order = np.lexsort((-score, dst))              # by node, then by decreasing score
     deg = np.bincount(dst, minlength=n)
     start = np.concatenate([[0], np.cumsum(deg)[:-1]])
     rank = np.empty(len(dst), dtype=np.int64)
     rank[order] = np.arange(len(dst)) - start[dst[order]]
+    return rank, deg
+
+
+def ego_keep_mask(dst: np.ndarray, score: np.ndarray, keep: float, n: int, ranked=None) -> np.ndarray:
+    """For every node, keep the top ceil(keep * deg) of its incident edges by score (at least one).
+
+    ranked: ``ego_rank(dst, score, n)`` when already computed (it depends on the score only).
+    """
+    rank, deg = ranked if ranked is not None else ego_rank(dst, score, n)
     quota = np.maximum(1, np.ceil(keep * deg - 1e-9)).astype(np.int64)
     return rank < quota[dst]
+
+
+def expert_masks(dst: np.ndarray, scores: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """(K, E) keep masks of all EXPERTS; each criterion's ranking is computed once."""
+    ranked = {cr: ego_rank(dst, scores[cr], n) for cr in CRITERIA}
+    return np.stack([ego_keep_mask(dst, scores[cr], r, n, ranked[cr]) for cr, r in EXPERTS])
 
 
 def global_sparsify(A: sp.csr_array, score_und: np.ndarray, edges: np.ndarray, n_keep: int) -> sp.csr_array:
@@ -321,7 +336,7 @@ def run(config: Config, progress=None) -> Result:
         raise InputError("the graph has too few edges")
     dst, src = directed_edges(A)
     scores = edge_scores(A, X, src, dst)
-    masks = np.stack([ego_keep_mask(dst, scores[cr], r, n) for cr, r in EXPERTS])   # (K, E_dir)
+    masks = expert_masks(dst, scores, n)   # (K, E_dir)
 
     perm = rng.permutation(n)
     n_tr, n_va = int(0.3 * n), int(0.2 * n)
@@ -372,7 +387,7 @@ def run(config: Config, progress=None) -> Result:
     Ab, Xb, _, _ = make_graph(big, rng)
     db, sb = directed_edges(Ab)
     sc_b = edge_scores(Ab, Xb, sb, db)
-    masks_b = np.stack([ego_keep_mask(db, sc_b[cr], r, Ab.shape[0]) for cr, r in EXPERTS])
+    masks_b = expert_masks(db, sc_b, Ab.shape[0])
     Ab_mog = mog_graph(Ab, route(router_features(Ab, Xb, db, sb, sc_b)), db, sb, masks_b)
     report(progress, 0.92, "timing inference")
     tf, tm = time_inference([Ab, Ab_mog], Xb, c.hidden, c.n_classes)

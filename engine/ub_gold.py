@@ -243,10 +243,7 @@ def graph_statistics(g: Graph) -> np.ndarray:
 
 # --------------------------------------------------------------------------- GIN + deep SVDD
 
-def _batch(graphs: list[Graph]):
-    import torch
-
-    nmax = max(len(g.A) for g in graphs)
+def _batch(graphs: list[Graph], nmax: int):
     A = np.zeros((len(graphs), nmax, nmax), np.float32)
     X = np.zeros((len(graphs), nmax, FEAT), np.float32)
     M = np.zeros((len(graphs), nmax, 1), np.float32)
@@ -255,52 +252,76 @@ def _batch(graphs: list[Graph]):
         A[i, :k, :k] = g.A
         X[i, :k] = g.X
         M[i, :k] = 1
-    return torch.as_tensor(A), torch.as_tensor(X), torch.as_tensor(M)
+    return A, X, M
 
 
-def svdd_scores(train: list[Graph], test: list[Graph], epochs: int, seed: int) -> np.ndarray:
-    """One-class deep SVDD on a bias-free 3-layer GIN with sum pooling of every layer."""
+def svdd_scores(jobs: list[tuple[list[Graph], list[Graph]]], epochs: int, seed: int,
+                progress=None) -> list[np.ndarray]:
+    """One-class deep SVDD on a bias-free 3-layer GIN with sum pooling of every layer.
+
+    ``jobs`` is a list of (training graphs, test graphs); every job trains its own model from the
+    same initialisation (seed). The models are independent but trained side by side as one batch:
+    weights are stacked along a leading model axis and the summed loss gives each model exactly its
+    own gradient (Adam is elementwise), so this equals training them one after another.
+    """
     import torch
+
+    from engine.core.nn import make_optimizer
 
     torch.manual_seed(seed)
     hid = 32
-    layers = torch.nn.ModuleList()
-    d_in = FEAT
-    for _ in range(3):
-        layers.append(torch.nn.Sequential(torch.nn.Linear(d_in, hid, bias=False), torch.nn.ReLU(),
-                                          torch.nn.Linear(hid, hid, bias=False)))
+    init, d_in = [], FEAT
+    for _ in range(3):          # same draws, in the same order, as torch.nn.Linear(d_in, hid, bias=False) ...
+        l1, l2 = torch.nn.Linear(d_in, hid, bias=False), torch.nn.Linear(hid, hid, bias=False)
+        init += [l1.weight.detach().T, l2.weight.detach().T]
         d_in = hid
+    m = len(jobs)
+    weights = [torch.nn.Parameter(w.unsqueeze(0).repeat(m, 1, 1)) for w in init]   # (m, in, out)
 
-    def embed(A, X, M):
+    def embed(A, X, M, W=weights):   # A (m, B, n, n), X (m, B, n, FEAT), M (m, B, n, 1) -> (m, B, 3 hid)
         h, outs = X, []
-        for layer in layers:
-            h = torch.relu(layer(h + A @ h)) * M
-            outs.append(h.sum(1))
-        return torch.cat(outs, 1)
+        mm, B, n = A.shape[:3]
+        for W1, W2 in zip(W[0::2], W[1::2]):   # node-wise linear maps as one (m, B n, d) @ (m, d, out)
+            z = torch.bmm((h + A @ h).reshape(mm, B * n, -1), W1)
+            h = (torch.relu(torch.bmm(torch.relu(z), W2)).reshape(mm, B, n, -1)) * M
+            outs.append(h.sum(2))
+        return torch.cat(outs, 2)
 
-    A, X, M = _batch(train)
+    def stack(sets):
+        nmax = max(len(g.A) for gs in sets for g in gs)
+        arrs = [_batch(gs, nmax) for gs in sets]
+        return [torch.as_tensor(np.stack([a[k] for a in arrs])) for k in range(3)]
+
+    ntr = {len(tr) for tr, _ in jobs}
+    if len(ntr) != 1:
+        raise ValueError("every job needs the same number of training graphs")
+    A, X, M = stack([tr for tr, _ in jobs])
     with torch.no_grad():
-        z0 = embed(A, X, M)
-        c = z0.mean(0)
+        c = embed(A, X, M).mean(1, keepdim=True)
         c = torch.where(c.abs() < 0.1, torch.full_like(c, 0.1) * torch.sign(c + 1e-12), c)  # avoid trivial centre
-    from engine.core.nn import make_optimizer
-
-    opt = make_optimizer(layers.parameters(), lr=1e-3, weight_decay=1e-5)
-    for _ in range(int(epochs)):
+    opt = make_optimizer(weights, lr=1e-3, weight_decay=1e-5)
+    for ep in range(int(epochs)):
         opt.zero_grad(set_to_none=True)
-        loss = ((embed(A, X, M) - c) ** 2).sum(1).mean()
+        loss = ((embed(A, X, M) - c) ** 2).sum(2).mean(1).sum()   # sum over models of each model's loss
         loss.backward()
         opt.step()
-    At, Xt, Mt = _batch(test)
+        if ep % 10 == 0:
+            report(progress, (ep + 1) / epochs, f"deep SVDD ({m} models side by side): epoch {ep + 1}/{epochs}")
+    out = []
     with torch.no_grad():
-        return ((embed(At, Xt, Mt) - c) ** 2).sum(1).numpy().astype(np.float64)
+        for j, (_, te) in enumerate(jobs):
+            At, Xt, Mt = (torch.as_tensor(a)[None] for a in _batch(te, max(len(g.A) for g in te)))
+            z = embed(At, Xt, Mt, [w[j:j + 1] for w in weights])[0]
+            out.append(((z - c[j]) ** 2).sum(1).numpy().astype(np.float64))
+    return out
 
 
 # --------------------------------------------------------------------------- detectors
 
 def detect_all(graphs: list[Graph], F: np.ndarray, S: np.ndarray, tr: np.ndarray, te: np.ndarray,
                c: Config, seed: int) -> dict[str, np.ndarray]:
-    """Scores (higher = more anomalous) of the test graphs ``te`` by detectors fitted on ``tr``.
+    """Scores (higher = more anomalous) of the test graphs ``te`` by the two shallow detectors
+    fitted on ``tr`` (the deep SVDD models of all runs are trained together, see ``svdd_scores``).
 
     F: WL subtree counts and S: graph statistics of all ``graphs``, computed once per scenario
     (neither uses any label; the statistics are standardised with the training rows only).
@@ -314,7 +335,6 @@ def detect_all(graphs: list[Graph], F: np.ndarray, S: np.ndarray, tr: np.ndarray
     mu, sd = S[tr].mean(0), S[tr].std(0) + 1e-9
     iso = IsolationForest(n_estimators=60, random_state=seed).fit((S[tr] - mu) / sd)
     out[METHODS[1]] = -iso.score_samples((S[te] - mu) / sd)
-    out[METHODS[2]] = svdd_scores([graphs[i] for i in tr], [graphs[i] for i in te], c.svdd_epochs, seed)
     return out
 
 
@@ -387,6 +407,7 @@ def _run(c: Config, progress=None) -> Result:
     n_extra = int(np.ceil(c.contamination_max * c.n_train))
     span = ProgressSpan(progress, 0.0, 1.0)
     total = nS * len(levels)
+    runs, jobs = [], []          # (scenario index, level index, shallow scores); deep SVDD (train, test)
     for j, name in enumerate(SCENARIOS):
         norm, anom = scenario_graphs(name, c, rng, c.n_train + c.n_test, c.n_test + n_extra)
         graphs = norm + anom
@@ -394,20 +415,24 @@ def _run(c: Config, progress=None) -> Result:
         S = np.array([graph_statistics(g) for g in graphs])
         nN = len(norm)
         te = np.r_[np.arange(c.n_train, nN), nN + np.arange(c.n_test)]
-        y = np.r_[np.zeros(c.n_test), np.ones(c.n_test)].astype(int)
-        labels[name] = y
+        labels[name] = np.r_[np.zeros(c.n_test), np.ones(c.n_test)].astype(int)
         for li, r in enumerate(levels):
             k = int(round(r * c.n_train))
             tr = np.r_[np.arange(c.n_train - k), nN + c.n_test + np.arange(k)]
-            s = detect_all(graphs, F, S, tr, te, c, c.seed)
-            for i, mth in enumerate(METHODS):
-                cont[li, i, j] = auroc(y, s[mth])
-                if li == 0:
-                    au[i, j], ap[i, j], fp[i, j] = auroc(y, s[mth]), auprc(y, s[mth]), fpr_at_95_tpr(y, s[mth])
-                    sau[i, j], sap[i, j], sfp[i, j] = sklearn_metrics(y, s[mth])
+            runs.append((j, li, detect_all(graphs, F, S, tr, te, c, c.seed)))
+            jobs.append(([graphs[i] for i in tr], [graphs[i] for i in te]))
+            span(0.6 * (j * len(levels) + li + 1) / total, f"{name}: contamination {r:.0%}")
+    deep = svdd_scores(jobs, c.svdd_epochs, c.seed, ProgressSpan(progress, 0.6, 0.97))
+    for (j, li, s), sd in zip(runs, deep):
+        name, y = SCENARIOS[j], labels[SCENARIOS[j]]
+        s[METHODS[2]] = sd
+        for i, mth in enumerate(METHODS):
+            cont[li, i, j] = auroc(y, s[mth])
             if li == 0:
-                scores[name] = s
-            span((j * len(levels) + li + 1) / total, f"{name}: contamination {r:.0%}")
+                au[i, j], ap[i, j], fp[i, j] = auroc(y, s[mth]), auprc(y, s[mth]), fpr_at_95_tpr(y, s[mth])
+                sau[i, j], sap[i, j], sfp[i, j] = sklearn_metrics(y, s[mth])
+        if li == 0:
+            scores[name] = s
     winners = [METHODS[i] for i in au.argmax(0)]
     agree = max(np.abs(au - sau).max(), np.abs(ap - sap).max(), np.abs(fp - sfp).max())
     metrics = {

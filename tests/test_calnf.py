@@ -118,3 +118,19 @@ def test_kl_estimator_matches_gaussian_closed_form():
     se = float(terms.std()) / math.sqrt(20000)
     assert kl > 0.05
     assert abs(float(est) - kl) < 3 * se + 1e-9
+
+
+def test_roc_matches_sklearn():
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    rng = np.random.default_rng(0)
+    for n, ties in ((50, False), (200, True), (7, True)):
+        y = np.r_[np.ones(n), np.zeros(n)]
+        s = rng.normal(size=2 * n) + 0.8 * y
+        if ties:
+            s = np.round(s, 1)
+        fpr, tpr, auc = eng.roc(y, s)
+        f_sk, t_sk, _ = roc_curve(y, s)
+        np.testing.assert_allclose(fpr, f_sk, atol=1e-12)
+        np.testing.assert_allclose(tpr, t_sk, atol=1e-12)
+        assert auc == pytest.approx(roc_auc_score(y, s), abs=1e-12)

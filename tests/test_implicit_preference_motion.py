@@ -120,3 +120,14 @@ def test_stored_expert_logs_match_the_generator():
     stored_t = np.stack([train["tokens"][3], train["tokens"][250], held["tokens"][0], held["tokens"][63]])
     assert np.allclose(stored_s, fresh["states"], atol=1e-3)
     assert np.array_equal(stored_t, fresh["tokens"])
+
+
+def test_wasserstein_matches_scipy():
+    from scipy.stats import wasserstein_distance as w1_scipy
+
+    rng = np.random.default_rng(1)
+    for n, m in ((100, 100), (37, 250), (5, 3)):
+        u, v = rng.normal(size=n), rng.normal(0.4, 2.0, size=m)
+        assert eng.wasserstein_distance(u, v) == pytest.approx(w1_scipy(u, v), rel=1e-12, abs=1e-12)
+    u = np.round(rng.normal(size=80), 1)
+    assert eng.wasserstein_distance(u, u[::-1]) == 0.0

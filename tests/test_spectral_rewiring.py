@@ -154,3 +154,14 @@ def test_too_few_edges_is_a_clear_error():
 def test_config_rejects_p_out_above_p_in():
     with pytest.raises(ValueError):
         eng.Config(p_in=0.04, p_out=0.05)
+
+
+def test_nmi_matches_sklearn():
+    from sklearn.metrics import normalized_mutual_info_score
+
+    rng = np.random.default_rng(3)
+    for ka, kb in ((2, 2), (4, 3), (5, 1), (1, 1)):
+        a, b = rng.integers(0, ka, 60), rng.integers(0, kb, 60)
+        assert eng._nmi(a, b) == pytest.approx(normalized_mutual_info_score(a, b), abs=1e-12)
+    a = rng.integers(0, 4, 60)
+    assert eng._nmi(a, 7 - a) == pytest.approx(1.0)
