@@ -126,8 +126,9 @@ def sample_mixture(rng: np.random.Generator, n: int, mu: np.ndarray, w: np.ndarr
 
 def closed_form(tau: float | np.ndarray, mu0, mu1, w0, w1, s0: float, s1: float) -> dict[str, np.ndarray]:
     """Acceptance Z(tau) and TV of the kept-pair marginals to p0, p1 (noncentral chi-square)."""
-    from scipy.special import chndtr   # scipy's noncentral chi-square CDF (equal to scipy.stats.ncx2.cdf),
-                                       # without importing all of scipy.stats (half a second cold)
+    # scipy's noncentral chi-square CDF (equal to scipy.stats.ncx2.cdf), without importing all of
+    # scipy.stats (half a second cold)
+    from scipy.special import chndtr
     tau = np.atleast_1d(np.asarray(tau, dtype=float))
     v = s0**2 + s1**2
     d2 = ((mu1[None, :, :] - mu0[:, None, :]) ** 2).sum(-1) / v  # (k, m)
