@@ -16,8 +16,12 @@ def default_result():
 
 def test_claims_pass_at_default(default_result):
     claims = eng.claims(default_result)
-    assert len(claims) == 5
-    failed = [c.describe() for c in claims if not c.passed]
+    assert len(claims) == 6
+    # Left out on purpose, shown failing on the page: the paper's "beats the failures-only flow" does not
+    # reproduce at this scale (default: CalNF -2.70 vs failures-only -2.58 nats; seeds 1 and 2 likewise).
+    vs_fail = [c for c in claims if c.label == eng.VS_FAILURE_ONLY_LABEL]
+    assert len(vs_fail) == 1 and np.isfinite(vs_fail[0].measured) and not vs_fail[0].passed
+    failed = [c.describe() for c in claims if not c.passed and c.label != eng.VS_FAILURE_ONLY_LABEL]
     assert not failed, failed
 
 
