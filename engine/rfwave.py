@@ -377,10 +377,15 @@ def uniform_grid(n: int) -> np.ndarray:
     return np.linspace(0.0, 1.0, int(n) + 1)
 
 
+def cumulative_straightness(s: np.ndarray) -> np.ndarray:
+    """C(t) on the fine grid's end points (t_0 = 0, ..., 1): cumulative S normalised to end at 1."""
+    c = np.concatenate([[0.0], np.cumsum(s)])
+    return c / max(float(c[-1]), 1e-12)
+
+
 def straightness_grid(curve_t: np.ndarray, s: np.ndarray, n: int) -> np.ndarray:
     """Place n steps where the cumulative straightness C(t) crosses k/n of its total (nearest fine point)."""
-    c = np.concatenate([[0.0], np.cumsum(s)])
-    c = c / max(c[-1], 1e-12)
+    c = cumulative_straightness(s)
     fine = np.concatenate([curve_t, [1.0]])
     pts = [0.0]
     for k in range(1, n):

@@ -113,17 +113,18 @@ with left:
 with right:
     st.subheader("3 · Straightness and the chosen time points")
     s = res.curve_s
-    c = np.cumsum(s) / max(float(np.sum(s)), 1e-12)
+    c = eng.cumulative_straightness(s)          # starts at C(0) = 0, then one value per fine step's end
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=res.curve_t, y=s / max(float(s.max()), 1e-12), mode="lines+markers",
                              name="S(t) (scaled)"))
-    fig.add_trace(go.Scatter(x=res.curve_t + 1.0 / eng.FINE_STEPS, y=c, mode="lines", name="cumulative C(t)"))
+    fig.add_trace(go.Scatter(x=np.concatenate([res.curve_t, [1.0]]), y=c, mode="lines", name="cumulative C(t)"))
     for tk in res.grid:
         fig.add_vline(x=float(tk), line_color="#e4572e", line_width=1, opacity=0.6)
     charts.themed(fig, f"Time points for N = {cfg.n_steps} ({cfg.grid}) in red", 380)
     fig.update_xaxes(title="t (0 = noise, 1 = data)")
     charts.show(fig, key="straight")
-    download.download_csv(pd.DataFrame({"t": res.curve_t, "S": s, "C": c}), "rfwave_straightness.csv")
+    download.download_csv(pd.DataFrame({"t": res.curve_t, "S": s, "C_at_step_end": c[1:]}),
+                          "rfwave_straightness.csv")
     download.download_csv(pd.DataFrame({"t_k": res.grid}), "rfwave_time_grid.csv")
 
 st.subheader("4 · One STFT value along the Euler path")
