@@ -244,19 +244,25 @@ def train(method: str, nominal, failure, K: int, steps: int, seed: int, device, 
 
 
 def _stack_flows(flow, E: int):
-    """The parameters of E copies of ``flow`` as stacked leaf tensors: per layer [W1, b1, W2, b2, W3, b3] with
-    W of shape (E, in, out) and b of shape (E, 1, out), so that E flows train in one batched pass."""
+    """The parameters of E copies of ``flow`` as one leaf tensor ``theta`` of shape (E, n_params), so that E
+    flows train in one batched pass with one optimiser call and one clipping pass. Returns (theta, views):
+    ``views(theta)`` gives per layer [W1, b1, W2, b2, W3, b3] with W of shape (E, in, out) and b of shape
+    (E, 1, out), each a view into theta."""
     import torch
 
-    P = []
+    shapes, flat = [], []
     for layer in flow.layers:
-        lin = [m for m in layer.net if isinstance(m, torch.nn.Linear)]
-        group = []
-        for m in lin:
-            group.append(m.weight.detach().T.unsqueeze(0).repeat(E, 1, 1).clone().requires_grad_(True))
-            group.append(m.bias.detach()[None, None, :].repeat(E, 1, 1).clone().requires_grad_(True))
-        P.append(group)
-    return P
+        for m in (m for m in layer.net if isinstance(m, torch.nn.Linear)):
+            shapes += [tuple(m.weight.T.shape), (1, m.bias.shape[0])]
+            flat += [m.weight.detach().T.reshape(-1), m.bias.detach().reshape(-1)]
+    theta = torch.cat(flat)[None].repeat(E, 1).requires_grad_(True)
+    sizes = [a * b for a, b in shapes]
+
+    def views(t):
+        parts = [p.view(len(t), *sh) for p, sh in zip(torch.split(t, sizes, dim=1), shapes)]
+        return [parts[i:i + 6] for i in range(0, len(parts), 6)]
+
+    return theta, views
 
 
 def _stacked_log_prob(P, x, c):
@@ -304,12 +310,12 @@ def train_many(methods, nominal, failure, K: int, steps: int, seed: int, device,
 
     E = len(methods)
     torch.manual_seed(seed)
-    P = _stack_flows(_build_flow(K), E)
-    params = [t for group in P for t in group]
+    theta, views = _stack_flows(_build_flow(K), E)
     nom = torch.as_tensor(nominal, dtype=torch.float32, device=device)
     fail = torch.as_tensor(failure, dtype=torch.float32, device=device)
     held = torch.as_tensor(held_failure, dtype=torch.float32, device=device) if held_failure is not None else None
-    P = [[t.to(device) for t in g] for g in P] if device != "cpu" and str(device) != "cpu" else P
+    if str(device) != "cpu":
+        theta = theta.detach().to(device).requires_grad_(True)
     zeros = torch.zeros(1, K, device=device)
     ones = torch.ones(1, K, device=device)
     nf = len(fail)
@@ -326,8 +332,9 @@ def train_many(methods, nominal, failure, K: int, steps: int, seed: int, device,
     def calibrate():
         if cal_lr <= 0:
             return
-        Pe = [[t[e_cal:e_cal + 1] for t in g] for g in P]
-        lp = _stacked_log_prob(Pe, fail[None], c_star.expand(nf, K)[None]).mean()
+        # the flow is held fixed here: detached weights keep their views out of the autograd graph
+        P_cal = views(theta.detach()[e_cal:e_cal + 1])
+        lp = _stacked_log_prob(P_cal, fail[None], c_star.expand(nf, K)[None]).mean()
         (g,) = torch.autograd.grad(-lp, [c_star])
         cal_opt.zero_grad()
         c_star.grad = g
@@ -364,19 +371,18 @@ def train_many(methods, nominal, failure, K: int, steps: int, seed: int, device,
         Wt = torch.zeros(E, B, device=device)  # padding rows carry weight 0
         for i, (x, c, w) in enumerate(parts):
             X[i, :len(x)], C[i, :len(x)], Wt[i, :len(x)] = x, c, w
-        return -(_stacked_log_prob(P, X, C) * Wt).sum()
+        return -(_stacked_log_prob(views(theta), X, C) * Wt).sum()
 
     def clip_each():  # clip_grad_norm_(·, 100) of each flow on its own
-        sq = sum((t.grad ** 2).flatten(1).sum(1) for t in params)
-        scale = (100.0 / (sq.sqrt() + 1e-6)).clamp(max=1.0)
-        for t in params:
-            t.grad.mul_(scale.view(-1, *([1] * (t.dim() - 1))))
+        scale = (100.0 / (theta.grad.square().sum(1).sqrt() + 1e-6)).clamp(max=1.0)
+        theta.grad.mul_(scale[:, None])
 
     steps_rec, held_rec, train_rec = [], [[] for _ in methods], [[] for _ in methods]
 
     def on_step(step, _value):
         if held is not None and (step % track_every == 0 or step == steps - 1):
             with torch.no_grad():
+                P = views(theta)
                 labs = [label(m) for m in methods]
                 Ch = torch.cat([lab.expand(len(held), K)[None] for lab in labs])
                 Cf = torch.cat([lab.expand(nf, K)[None] for lab in labs])
@@ -387,14 +393,14 @@ def train_many(methods, nominal, failure, K: int, steps: int, seed: int, device,
                 train_rec[i].append(float(lf[i]))
             steps_rec.append(step + 1)
 
-    train_loop(params, loss_fn, steps, lr=FLOW_LR, progress=progress, message="+".join(methods),
+    train_loop([theta], loss_fn, steps, lr=FLOW_LR, progress=progress, message="+".join(methods),
                on_step=on_step, report_every=20, cosine=COSINE, before_step=clip_each)
     if e_cal is not None:
         for _ in range(50):
             calibrate()
     out = {}
     for i, m in enumerate(methods):
-        flow = _unstack_flow(P, i, K).to(device)
+        flow = _unstack_flow(views(theta.detach()), i, K).to(device)
         out[m] = (flow, label(m).detach(), {"steps": np.array(steps_rec), "held": np.array(held_rec[i]),
                                             "train": np.array(train_rec[i])})
     return out
@@ -419,9 +425,17 @@ def roc(y: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray, float
 
 
 def energy_distance(a: np.ndarray, b: np.ndarray) -> float:
-    from scipy.spatial.distance import cdist
+    """Energy distance 2 E|a - b| - E|a - a'| - E|b - b'| (V-statistic) between two point clouds.
 
-    return float(2 * cdist(a, b).mean() - cdist(a, a).mean() - cdist(b, b).mean())
+    Pairwise distances by torch (already loaded by a run) in float64, so that a run need not import
+    scipy.spatial; the tests compare against scipy's cdist."""
+    import torch
+
+    def mean_dist(u, v):
+        return float(torch.cdist(u, v, compute_mode="donot_use_mm_for_euclid_dist").mean())
+
+    a, b = (torch.as_tensor(np.asarray(v, dtype=np.float64)) for v in (a, b))
+    return 2 * mean_dist(a, b) - mean_dist(a, a) - mean_dist(b, b)
 
 
 # ----------------------------------------------------------------------------- run
@@ -472,15 +486,18 @@ def run(config: Config, progress=None) -> Result:
     z = torch.zeros(1, K, device=device)
     cal, c_star = flows["calnf"], labels["calnf"]
     metrics: dict[str, float] = {}
+    ll_held = {m: ll(flows[m], held_f, labels[m]) for m in methods}  # each evaluated once, clipped below
     for m in methods:
-        metrics[f"held_fail_clip_{m}"] = float(ll(flows[m], held_f, labels[m], True).mean())
-        metrics[f"held_fail_{m}"] = float(ll(flows[m], held_f, labels[m]).mean())
-    metrics["held_nominal_calnf"] = float(ll(cal, held_n, z).mean())
+        metrics[f"held_fail_clip_{m}"] = float(np.maximum(ll_held[m], CLIP_LL).mean())
+        metrics[f"held_fail_{m}"] = float(ll_held[m].mean())
+    ll_n0 = ll(cal, held_n, z)
+    metrics["held_nominal_calnf"] = float(ll_n0.mean())
     metrics["held_nominal_plain"] = float(ll(flows["plain"], held_n, z).mean())
     metrics["nominal_gap"] = abs(metrics["held_nominal_calnf"] - metrics["held_nominal_plain"])
-    metrics["held_fail_clip_calnf_c0"] = float(ll(cal, held_f, z, True).mean())
+    ll_f0 = ll(cal, held_f, z)
+    metrics["held_fail_clip_calnf_c0"] = float(np.maximum(ll_f0, CLIP_LL).mean())
     metrics["label_gain"] = metrics["held_fail_clip_calnf"] - metrics["held_fail_clip_calnf_c0"]
-    score = np.concatenate([ll(cal, held_f, c_star) - ll(cal, held_f, z), ll(cal, held_n, c_star) - ll(cal, held_n, z)])
+    score = np.concatenate([ll_held["calnf"] - ll_f0, ll(cal, held_n, c_star) - ll_n0])
     y = np.concatenate([np.ones(N_HELDOUT), np.zeros(N_HELDOUT)])
     fpr, tpr, metrics["auc"] = roc(y, score)
     keep = np.unique(np.linspace(0, len(fpr) - 1, 200).astype(int))
@@ -496,17 +513,24 @@ def run(config: Config, progress=None) -> Result:
         smp = cal.sample(c_star, 2000, torch.Generator().manual_seed(config.seed)).cpu().numpy()
     metrics["energy_calnf"] = energy_distance(smp, held_f[:2000])
 
-    # densities on a grid
+    # densities on a grid: every CalNF label in one batched pass (q(.; 0), q(.; c*), then q(.; lambda e_j))
     g = np.linspace(*LIM, GRID)
     gx, gy = np.meshgrid(g, g)
     pts = np.stack([gx.ravel(), gy.ravel()], 1)
 
-    def dens(flow, c):
-        return np.exp(ll(flow, pts, c)).reshape(GRID, GRID).astype(np.float32)
+    def dens(flow, labs):
+        n = len(pts)
+        with torch.no_grad():
+            x = torch.as_tensor(pts, dtype=torch.float32, device=device).repeat(len(labs), 1)
+            c = torch.cat([lab.expand(n, K) for lab in labs])
+            v = flow.log_prob(x, c).cpu().numpy().astype(np.float64)
+        return np.exp(v).reshape(len(labs), GRID, GRID).astype(np.float32)
 
     lambdas = np.linspace(0, 1, 5)
     eye = torch.eye(K, device=device)
-    fam = np.stack([np.stack([dens(cal, lam * eye[j:j + 1]) for lam in lambdas]) for j in range(min(K, 3))])
+    n_show = min(K, 3)
+    d_cal = dens(cal, [z, c_star] + [lam * eye[j:j + 1] for j in range(n_show) for lam in lambdas])
+    fam = d_cal[2:].reshape(n_show, len(lambdas), GRID, GRID)
 
     compare: dict[str, list[float]] = {}
     if config.compare_all:
@@ -529,8 +553,8 @@ def run(config: Config, progress=None) -> Result:
 
     return Result(
         nominal=nominal.astype(np.float32), failure=failure.astype(np.float32),
-        held_failure=held_f[:500].astype(np.float32), grid_x=g, dens_nominal=dens(cal, z),
-        dens_cal=dens(cal, c_star), dens_plain=dens(flows["plain"], labels["plain"]), dens_family=fam,
+        held_failure=held_f[:500].astype(np.float32), grid_x=g, dens_nominal=d_cal[0],
+        dens_cal=d_cal[1], dens_plain=dens(flows["plain"], [labels["plain"]])[0], dens_family=fam,
         family_lambdas=lambdas, c_star=c_star.cpu().numpy()[0],
         curves={m: curves[m]["held"] for m in methods}, curves_train={m: curves[m]["train"] for m in methods},
         curve_steps=curves["calnf"]["steps"], roc_fpr=fpr[keep], roc_tpr=tpr[keep], compare=compare,

@@ -198,6 +198,47 @@ def _nets(torch, growth: bool):
     return v, g
 
 
+def _stack_v(torch, v_nets):
+    """The E velocity nets as one module on (E, n, 3) inputs: per layer a (E, in, out) weight and an (E, 1, out)
+    bias, copied from the nets; the same LeakyReLU MLP as ``mlp``, one batched product per layer."""
+    from torch import nn
+
+    class StackedV(nn.Module):
+        def __init__(self):
+            super().__init__()
+            lins = [[m for m in net if isinstance(m, nn.Linear)] for net in v_nets]
+            self.W = nn.ParameterList([torch.stack([ls[i].weight.detach().T for ls in lins]).clone()
+                                       for i in range(len(lins[0]))])
+            self.b = nn.ParameterList([torch.stack([ls[i].bias.detach()[None] for ls in lins]).clone()
+                                       for i in range(len(lins[0]))])
+
+        def forward(self, inp):
+            h = inp
+            for i, (W, b) in enumerate(zip(self.W, self.b)):
+                h = torch.baddbmm(b, h, W)
+                if i < len(self.W) - 1:
+                    h = nn.functional.leaky_relu(h)
+            return h
+
+        def write_back(self):
+            with torch.no_grad():
+                for e, net in enumerate(v_nets):
+                    for i, m in enumerate(m for m in net if isinstance(m, nn.Linear)):
+                        m.weight.copy_(self.W[i][e].T)
+                        m.bias.copy_(self.b[i][e, 0])
+
+    return StackedV()
+
+
+def _stack_g(torch, g_net, E: int):
+    """g on (E, n, 3) inputs when only model 0 has a growth net: the others get g = 0 exactly (their weights
+    stay constant and their action has no growth term, as for a model without g)."""
+    def g(inp):
+        g0 = g_net(inp[0])
+        return torch.cat([g0[None], g0.new_zeros((E - 1, len(g0)))]) if E > 1 else g0[None]
+    return g
+
+
 def _score_net(torch):
     from torch import nn
 
@@ -207,7 +248,7 @@ def _score_net(torch):
 
 
 def _xt(torch, x, t: float):
-    return torch.cat([x, x.new_full((len(x), 1), t)], 1)
+    return torch.cat([x, x.new_full((*x.shape[:-1], 1), t)], -1)
 
 
 def simulate(v_net, g_net, x, logw, t0: float, t1: float, dt: float, alpha: float, keep: bool = False,
@@ -215,7 +256,8 @@ def simulate(v_net, g_net, x, logw, t0: float, t1: float, dt: float, alpha: floa
     """Euler steps from t0 to t1: x += v dt, log w += g dt; returns state, action and (optionally) the path.
 
     The action integrates sum_i w_i [1/2|v|^2 + alpha g^2] dt, plus 1/2|grad s|^2 - sigma^2/2 g - s g
-    when a score net is given (sigma > 0).
+    when a score net is given (sigma > 0). x may carry leading model axes, x (..., n, 2) with logw (..., n):
+    the action is then one value per model.
     """
     import torch
 
@@ -227,7 +269,7 @@ def simulate(v_net, g_net, x, logw, t0: float, t1: float, dt: float, alpha: floa
         inp = _xt(torch, x, t0 + k * h)
         v = v_net(inp)
         w = torch.exp(logw)
-        dens = 0.5 * (v**2).sum(1)
+        dens = 0.5 * (v**2).sum(-1)
         if g_net is not None:
             g = g_net(inp)
             dens = dens + alpha * g**2
@@ -238,7 +280,7 @@ def simulate(v_net, g_net, x, logw, t0: float, t1: float, dt: float, alpha: floa
             dens = dens + 0.5 * (grad_s**2).sum(1)
             if g_net is not None:
                 dens = dens - (0.5 * sigma**2 + s) * g
-        energy = energy + (w * dens).sum() * h
+        energy = energy + (w * dens).sum(-1) * h
         if g_net is not None:
             logw = logw + g * h
         x = x + v * h
@@ -268,39 +310,48 @@ def interval_losses(x, logw, target, n0: int, unbalanced: bool):
     return l_ot, l_mass
 
 
-def pretrain(v_net, g_net, snaps, plans, device, steps: int, progress=None) -> float:
-    """Stage 0: regress v on plan displacements and g on log local-mass ratios along straight paths."""
+def pretrain(v_stack, g_net, snaps, plans_per_model, device, steps: int, progress=None) -> float:
+    """Stage 0: regress v on plan displacements and g on log local-mass ratios along straight paths.
+
+    One model per entry of ``plans_per_model``, all side by side (``v_stack``: their stacked velocity nets);
+    only model 0 has a growth net. The summed loss gives every model exactly its own gradient.
+    """
     import torch
 
     from engine.core.nn import make_optimizer
 
-    xs, ts, vs, gs = [], [], [], []
-    for k in range(len(TIMES) - 1):
-        span = TIMES[k + 1] - TIMES[k]
-        n, dest = local_mass(plans[k], snaps[k + 1])
-        disp = (dest - snaps[k]) / span
-        # local average of the mass ratios over nearby cells of the same snapshot (a KDE-smoothed
-        # ratio): single-cell ratios of an entropic plan are noisy
-        d2 = ((snaps[k][:, None, :] - snaps[k][None, :, :]) ** 2).sum(-1)
-        kern = np.exp(-d2 / (2 * SMOOTH_BW**2))
-        n_smooth = kern @ n / kern.sum(1)
-        g_target = np.log(np.clip(n_smooth, 0.05, 20.0)) / span
-        for s in np.linspace(0.0, 1.0, 5)[:-1]:
-            xs.append(snaps[k] + s * span * disp)
-            ts.append(np.full(len(disp), TIMES[k] + s * span))
-            vs.append(disp)
-            gs.append(g_target)
-    X = torch.as_tensor(np.c_[np.concatenate(xs), np.concatenate(ts)], dtype=torch.float32, device=device)
-    V = torch.as_tensor(np.concatenate(vs), dtype=torch.float32, device=device)
-    G = torch.as_tensor(np.concatenate(gs), dtype=torch.float32, device=device)
-    params = list(v_net.parameters()) + (list(g_net.parameters()) if g_net is not None else [])
+    Xs, Vs, G = [], [], None
+    for e, plans in enumerate(plans_per_model):
+        xs, ts, vs, gs = [], [], [], []
+        for k in range(len(TIMES) - 1):
+            span = TIMES[k + 1] - TIMES[k]
+            n, dest = local_mass(plans[k], snaps[k + 1])
+            disp = (dest - snaps[k]) / span
+            if e == 0 and g_net is not None:
+                # local average of the mass ratios over nearby cells of the same snapshot (a KDE-smoothed
+                # ratio): single-cell ratios of an entropic plan are noisy
+                d2 = ((snaps[k][:, None, :] - snaps[k][None, :, :]) ** 2).sum(-1)
+                kern = np.exp(-d2 / (2 * SMOOTH_BW**2))
+                n_smooth = kern @ n / kern.sum(1)
+                gs.append(np.tile(np.log(np.clip(n_smooth, 0.05, 20.0)) / span, 4))
+            for s in np.linspace(0.0, 1.0, 5)[:-1]:
+                xs.append(snaps[k] + s * span * disp)
+                ts.append(np.full(len(disp), TIMES[k] + s * span))
+                vs.append(disp)
+        Xs.append(np.c_[np.concatenate(xs), np.concatenate(ts)])
+        Vs.append(np.concatenate(vs))
+        if gs:
+            G = torch.as_tensor(np.concatenate(gs), dtype=torch.float32, device=device)
+    X = torch.as_tensor(np.stack(Xs), dtype=torch.float32, device=device)
+    V = torch.as_tensor(np.stack(Vs), dtype=torch.float32, device=device)
+    params = list(v_stack.parameters()) + (list(g_net.parameters()) if g_net is not None else [])
     opt = make_optimizer(params, lr=PRE_LR)
     loss = torch.zeros(())
     for it in range(steps):
         opt.zero_grad(set_to_none=True)
-        loss = ((v_net(X) - V) ** 2).sum(1).mean()
+        loss = ((v_stack(X) - V) ** 2).sum(2).mean(1).sum()
         if g_net is not None:
-            loss = loss + ((g_net(X) - G) ** 2).mean()
+            loss = loss + ((g_net(X[0]) - G) ** 2).mean()
         loss.backward()
         opt.step()
         if it % 25 == 0:
@@ -308,58 +359,69 @@ def pretrain(v_net, g_net, snaps, plans, device, steps: int, progress=None) -> f
     return float(loss.detach())
 
 
-def train_stage1(v_net, g_net, data, cfg: Config, unbalanced: bool, progress=None):
+def train_stage1(v_stack, g_net, data, cfg: Config, unbalanced: list[bool], progress=None):
+    """Stage 1 (and 1b, v refined with g frozen) of E models side by side; model e is unbalanced[e]
+    (only model 0 may have a growth net). Each model keeps its own OT plans, losses and gradient clipping,
+    and Adam works element-wise, so this equals training them one after another."""
     import torch
 
     from engine.core.nn import make_optimizer
 
+    E = len(unbalanced)
     n0 = len(data[0])
-    hist = {"OT": [], "mass": [], "action": []}
+    hists = [{"OT": [], "mass": [], "action": []} for _ in range(E)]
     iters_b = max(1, cfg.iters // 4)  # refinement of v with g frozen and no mass loss
     total = cfg.iters + iters_b
-    params = list(v_net.parameters()) + (list(g_net.parameters()) if g_net is not None else [])
-    opt = make_optimizer(params, lr=LR)
-    opt_b = make_optimizer(v_net.parameters(), lr=LR)
-    if g_net is not None:
-        g_params = list(g_net.parameters())
+    v_params = list(v_stack.parameters())
+    g_params = list(g_net.parameters()) if g_net is not None else []
+    g_use = _stack_g(torch, g_net, E) if g_net is not None and unbalanced[0] else None
+    opt = make_optimizer(v_params + g_params, lr=LR)
+    opt_b = make_optimizer(v_params, lr=LR)
+    x_init = data[0][None].expand(E, -1, -1)
     for it in range(total):
         refine = it >= cfg.iters
-        if g_net is not None:  # stage 1b: g frozen
-            for p in g_params:
-                p.requires_grad_(not refine)
+        for p in g_params:  # stage 1b: g frozen
+            p.requires_grad_(not refine)
         o = opt_b if refine else opt
         for group in o.param_groups:  # linear warm-up, then cosine decay of the learning rate
             group["lr"] = LR * min(1.0, (it + 1 - (cfg.iters if refine else 0)) / WARMUP) \
                 * 0.5 * (1.0 + math.cos(math.pi * it / total))
         o.zero_grad(set_to_none=True)
-        x, logw = data[0], torch.full((n0,), -math.log(n0), device=data[0].device)
-        tot_ot = tot_m = tot_e = 0.0
+        x, logw = x_init, torch.full((E, n0), -math.log(n0), device=data[0].device)
+        tot = np.zeros((E, 3))
         loss = x.new_zeros(())
         for k in range(len(TIMES) - 1):
-            g_use = g_net if unbalanced else None
-            x, logw, e, _, _ = simulate(v_net, g_use, x, logw, TIMES[k], TIMES[k + 1], cfg.dt, cfg.alpha)
-            l_ot, l_m = interval_losses(x, logw, data[k + 1], n0, unbalanced)
-            # unlike the official refinement, the mass loss stays on (its gradient now reaches v only):
-            # without it, moving the particles under a frozen g lets the total mass drift
-            loss = loss + LAMBDA_OT * l_ot + LAMBDA_MASS * l_m + LAMBDA_E * e
-            tot_ot += float(l_ot.detach())
-            tot_m += float(l_m.detach())
-            tot_e += float(e.detach())
+            x, logw, e, _, _ = simulate(v_stack, g_use, x, logw, TIMES[k], TIMES[k + 1], cfg.dt, cfg.alpha)
+            for m in range(E):
+                l_ot, l_m = interval_losses(x[m], logw[m], data[k + 1], n0, unbalanced[m])
+                # unlike the official refinement, the mass loss stays on (its gradient now reaches v only):
+                # without it, moving the particles under a frozen g lets the total mass drift
+                loss = loss + LAMBDA_OT * l_ot + LAMBDA_MASS * l_m + LAMBDA_E * e[m]
+                tot[m] += [float(l_ot.detach()), float(l_m.detach()), float(e[m].detach())]
             if DETACH:  # detach at each snapshot, as the official recipe does
                 x, logw = x.detach(), logw.detach()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params if not refine else list(v_net.parameters()), CLIP)
+        # clip_grad_norm_(·, CLIP) of each model's own parameters (g belongs to model 0)
+        sq = sum((p.grad ** 2).flatten(1).sum(1) for p in v_params)
+        if not refine and g_params:
+            sq = sq + torch.cat([sum((p.grad ** 2).sum() for p in g_params)[None], sq.new_zeros(E - 1)])
+        scale = (CLIP / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+        for p in v_params:
+            p.grad.mul_(scale.view(-1, *([1] * (p.dim() - 1))))
+        if not refine:
+            for p in g_params:
+                p.grad.mul_(scale[0])
         o.step()
-        hist["OT"].append(tot_ot)
-        hist["mass"].append(tot_m)
-        hist["action"].append(tot_e)
+        for m in range(E):
+            for name, val in zip(("OT", "mass", "action"), tot[m]):
+                hists[m][name].append(val)
         if it % 5 == 0 or it == total - 1:
             stage = "1b (v refine)" if refine else "1"
-            report(progress, (it + 1) / total, f"stage {stage} {it + 1}/{total}: OT {tot_ot:.3f}, mass {tot_m:.3f}")
-    if g_net is not None:
-        for p in g_params:
-            p.requires_grad_(True)
-    return {k: np.asarray(v, dtype=np.float32) for k, v in hist.items()}
+            report(progress, (it + 1) / total, f"stage {stage} {it + 1}/{total}: OT {tot[0, 0]:.3f}, "
+                                               f"mass {tot[0, 1]:.3f}")
+    for p in g_params:
+        p.requires_grad_(True)
+    return [{k: np.asarray(v, dtype=np.float32) for k, v in h.items()} for h in hists]
 
 
 def fp_residual(v_net, g_net, s_net, x, t: float, sigma: float):
@@ -465,30 +527,45 @@ def sde_sample(v_net, g_net, s_net, x0, dt: float, sigma: float, gen):
     return torch.stack(out).cpu().numpy().astype(np.float32)
 
 
-def train_model(snaps, cfg: Config, device, unbalanced: bool, progress=None):
+def train_models(snaps, cfg: Config, device, baseline: bool, progress=None):
+    """DeepRUOT (and, with ``baseline``, the balanced baseline) trained side by side.
+
+    Returns [(v, g, s, losses, stage-0 masses)] per model, DeepRUOT first. Their nets are drawn in the
+    order separate runs would draw them (DeepRUOT's v, g and score net, then the baseline's v), and
+    stages 0 and 1 train both at once (``pretrain``, ``train_stage1``); the stochastic stages concern
+    DeepRUOT alone.
+    """
     import torch
 
-    v_net, g_net = _nets(torch, unbalanced)
-    v_net, g_net = v_net.to(device), (g_net.to(device) if g_net is not None else None)
-    data = [torch.as_tensor(s, dtype=torch.float32, device=device) for s in snaps]
+    unbalanced = [True, False] if baseline else [True]
+    stoch = cfg.stochastic
+    v_u, g_u = _nets(torch, True)
+    s_net = _score_net(torch) if stoch else None
+    v_nets, g_net = [v_u] + ([_nets(torch, False)[0]] if baseline else []), g_u
+    v_nets, g_net = [v.to(device) for v in v_nets], g_net.to(device)
+    s_net = s_net.to(device) if s_net is not None else None
+    v_stack = _stack_v(torch, v_nets).to(device)
+    data = [torch.as_tensor(x, dtype=torch.float32, device=device) for x in snaps]
     n0 = len(snaps[0])
-    plans = [uot_plan(snaps[k], snaps[k + 1], n0) if unbalanced else balanced_plan(snaps[k], snaps[k + 1])
-             for k in range(len(TIMES) - 1)]
+    plans = [[uot_plan(snaps[k], snaps[k + 1], n0) if ub else balanced_plan(snaps[k], snaps[k + 1])
+              for k in range(len(TIMES) - 1)] for ub in unbalanced]
     span = ProgressSpan(progress, 0, 1)
-    stoch = unbalanced and cfg.stochastic
-    pretrain(v_net, g_net, snaps, plans, device, PRE_STEPS, span.sub(0, 0.1))
+    pretrain(v_stack, g_net, snaps, plans, device, PRE_STEPS, span.sub(0, 0.1))
+    v_stack.write_back()
     with torch.no_grad():  # total mass at the snapshots right after the coupling pre-fit (for the page)
-        _, W0, _ = _rollout(torch, v_net, g_net, data[0], n0, cfg.dt, cfg.alpha)
+        _, W0, _ = _rollout(torch, v_nets[0], g_net, data[0], n0, cfg.dt, cfg.alpha)
     n_per = int(round(1.0 / cfg.dt))
     stage0_mass = W0.sum(1)[[int(round(t * n_per)) for t in TIMES]]
-    losses = train_stage1(v_net, g_net, data, cfg, unbalanced, span.sub(0.1, 0.6 if stoch else 1.0))
-    s_net = None
+    losses = train_stage1(v_stack, g_net, data, cfg, unbalanced, span.sub(0.1, 0.6 if stoch else 1.0))
+    v_stack.write_back()
     if stoch:
-        s_net = _score_net(torch).to(device)
-        extra = train_stochastic(v_net, g_net, s_net, data, cfg, span.sub(0.6, 1.0))
+        extra = train_stochastic(v_nets[0], g_net, s_net, data, cfg, span.sub(0.6, 1.0))
         for k, v in extra.items():
-            losses[k] = np.concatenate([losses.get(k, np.zeros(0, np.float32)), v]) if k != "FP" else v
-    return v_net, g_net, s_net, losses, stage0_mass
+            losses[0][k] = np.concatenate([losses[0].get(k, np.zeros(0, np.float32)), v]) if k != "FP" else v
+    out = [(v_nets[0], g_net, s_net, losses[0], stage0_mass)]
+    if baseline:
+        out.append((v_nets[1], None, None, losses[1], None))
+    return out
 
 
 # ----------------------------------------------------------------------------- run
@@ -515,12 +592,13 @@ def run(config: Config, progress=None) -> Result:
     snaps = make_snapshots(rng, config.n0, config.gamma, config.sigma_true)
     n0 = config.n0
     span = ProgressSpan(progress, 0, 1)
-    share = 0.6 if config.baseline else 0.95
-    v_u, g_u, s_u, loss_u, mass0 = train_model(snaps, config, device, True, span.sub(0, share, "DeepRUOT: "))
+    trained = train_models(snaps, config, device, config.baseline,
+                           span.sub(0, 0.95, "DeepRUOT and balanced baseline: " if config.baseline else "DeepRUOT: "))
+    v_u, g_u, s_u, loss_u, mass0 = trained[0]
     models = {"DeepRUOT": (v_u, g_u)}
     losses = {f"DeepRUOT {k}": v for k, v in loss_u.items()}
     if config.baseline:
-        v_b, _, _, loss_b, _ = train_model(snaps, config, device, False, span.sub(share, 0.95, "balanced baseline: "))
+        v_b, _, _, loss_b, _ = trained[1]
         models["balanced baseline"] = (v_b, None)
         losses.update({f"baseline {k}": v for k, v in loss_b.items() if k != "mass"})
     report(progress, 0.96, "evaluating")

@@ -14,7 +14,13 @@ of a replanning moment is a single batch. The initial DDIM noise of candidate j 
 is the same tensor for every variant (common random numbers), so MCSS with N = 1 *is* the unconditional
 planner and variants are compared on paired episodes.
 
-Training: ``python -m engine.diffusion_planning train`` writes assets/diffusion-planning/dv_maze.pt.
+Two more comparisons: selection vs guidance at equal compute (denoiser forward passes per decision, NFE: MCSS
+costs N x S, CFG 2 x S per plan; a second pass of episodes runs CFG with k plans at the best single-plan weight
+with the critic picking among them), and the Transformer denoiser vs a 1-D temporal U-Net trained the same way.
+
+Training: ``python -m engine.diffusion_planning train`` writes assets/diffusion-planning/dv_maze.pt (planner,
+critic, inverse dynamics); ``... train --denoiser unet`` writes dv_maze_unet.pt (the U-Net planner only, same data,
+batches, noise, steps and schedule; it uses the first checkpoint's critic and inverse dynamics).
 """
 
 from __future__ import annotations
@@ -251,7 +257,10 @@ def inverse_dynamics_triples(data: dict) -> tuple[np.ndarray, np.ndarray]:
 D_MODEL, N_LAYERS, N_HEADS, D_FF = 64, 2, 4, 128
 T_DIFF = 1000           # discrete diffusion times of the cosine VP schedule
 COND_DROP = 0.25
-FLOP_PER_PLAN = 2.2e6   # one denoiser call on one plan (multiply-adds x 2, estimated from the layer sizes)
+UNET_CHANNELS = (32, 32, 64)   # U-Net widths at plan lengths 16, 8 and 4
+UNET_KERNEL = 5
+FLOP_PER_PLAN = 2.2e6   # one Transformer call on one plan (multiply-adds x 2; torch's flop counter: 2.15e6)
+UNET_FLOP_PER_PLAN = 2.0e6   # one U-Net call on one plan (torch's flop counter: 2.04e6)
 
 
 def alpha_bar(t: np.ndarray | float) -> np.ndarray:
@@ -264,6 +273,7 @@ def alpha_bar(t: np.ndarray | float) -> np.ndarray:
 @lru_cache(maxsize=1)
 def model_classes():
     import torch
+    import torch.nn.functional as F
     from torch import nn
 
     from engine.core.nn import mlp
@@ -304,7 +314,62 @@ def model_classes():
             self.critic = mlp([2 * HORIZON, 256, 256, 1])
             self.invdyn = nn.Sequential(mlp([6, 128, 128, 2]), nn.Tanh())
 
-    return Denoiser, Bundle
+    class ResBlock(nn.Module):
+        """Two 1-D convolutions over the plan's time axis, the embedding added in between, a residual path."""
+
+        def __init__(self, c_in, c_out, emb):
+            super().__init__()
+            self.conv1 = nn.Conv1d(c_in, c_out, UNET_KERNEL, padding=UNET_KERNEL // 2)
+            self.conv2 = nn.Conv1d(c_out, c_out, UNET_KERNEL, padding=UNET_KERNEL // 2)
+            self.norm1, self.norm2 = nn.GroupNorm(8, c_out), nn.GroupNorm(8, c_out)
+            self.emb = nn.Linear(emb, c_out)
+            self.skip = nn.Conv1d(c_in, c_out, 1) if c_in != c_out else nn.Identity()
+
+        def forward(self, h, e):
+            z = F.silu(self.norm1(self.conv1(h))) + self.emb(e)[:, :, None]
+            return F.silu(self.norm2(self.conv2(z))) + self.skip(h)
+
+    class UNetDenoiser(nn.Module):
+        """1-D temporal U-Net over the H waypoints: 16 -> 8 -> 4 -> 8 -> 16 with skip connections.
+
+        Same inputs and outputs as the Transformer ``Denoiser`` (x (B, H, 2), t, y, use_cond -> eps (B, H, 2)) and
+        the same conditioning: a sinusoidal diffusion-time embedding plus either a return embedding or a learned
+        null vector, here added to the features of every residual block.
+        """
+
+        def __init__(self, chans=UNET_CHANNELS, d=D_MODEL):
+            super().__init__()
+            c1, c2, c3 = chans
+            self.d = d
+            self.time = mlp([d, 2 * d, d], act=nn.SiLU)
+            self.cond = mlp([1, d, d], act=nn.SiLU)
+            self.null = nn.Parameter(0.02 * torch.randn(d))
+            self.inp = nn.Conv1d(2, c1, UNET_KERNEL, padding=UNET_KERNEL // 2)
+            self.down1 = ResBlock(c1, c1, d)
+            self.pool1 = nn.Conv1d(c1, c1, 3, stride=2, padding=1)            # 16 -> 8
+            self.down2 = ResBlock(c1, c2, d)
+            self.pool2 = nn.Conv1d(c2, c2, 3, stride=2, padding=1)            # 8 -> 4
+            self.mid = ResBlock(c2, c3, d)
+            self.up2 = nn.ConvTranspose1d(c3, c3, 4, stride=2, padding=1)     # 4 -> 8
+            self.dec2 = ResBlock(c3 + c2, c2, d)
+            self.up1 = nn.ConvTranspose1d(c2, c2, 4, stride=2, padding=1)     # 8 -> 16
+            self.dec1 = ResBlock(c2 + c1, c1, d)
+            self.out = nn.Conv1d(c1, 2, 1)
+
+        time_features = Denoiser.time_features
+
+        def forward(self, x, t, y, use_cond):
+            """x (B, H, 2); t (B,) integer times; y (B,) return condition; use_cond (B,) bool (False = null)."""
+            c = torch.where(use_cond[:, None], self.cond(y[:, None]), self.null[None, :].expand(len(x), -1))
+            e = self.time(self.time_features(t)) + c
+            h0 = self.down1(self.inp(x.transpose(1, 2)), e)                    # (B, c1, 16)
+            h1 = self.down2(self.pool1(h0), e)                                 # (B, c2, 8)
+            h = self.mid(self.pool2(h1), e)                                    # (B, c3, 4)
+            h = self.dec2(torch.cat([self.up2(h), h1], dim=1), e)              # (B, c2, 8)
+            h = self.dec1(torch.cat([self.up1(h), h0], dim=1), e)              # (B, c1, 16)
+            return self.out(h).transpose(1, 2)
+
+    return Denoiser, Bundle, UNetDenoiser
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -380,9 +445,24 @@ def end_point_scores(plans_world: np.ndarray) -> np.ndarray:
 class Variant:
     name: str
     kind: str            # "mcss" | "cfg" | "uncond"
-    n: int = 1           # candidates (MCSS)
+    n: int = 1           # candidates (MCSS), or plans per decision for CFG (k > 1: critic picks among them)
     w: float = 0.0       # CFG weight
     select: str = "critic"   # MCSS selection: "critic" | "oracle" | "end" | "random" | "argmin"
+    backbone: str = "transformer"   # denoiser: "transformer" | "unet"
+
+    @property
+    def plans(self) -> int:
+        return 1 if self.kind == "uncond" else self.n
+
+
+def nfe_per_decision(v: Variant, ddim_steps: int) -> int:
+    """Denoiser forward passes (one plan row through the network) spent on one replanning decision.
+
+    MCSS with N candidates: N x S (one batched pass per candidate and step); CFG: 2 x S per plan (the
+    conditional and the unconditional pass; k plans cost 2 k S); w = 0 needs only the unconditional pass.
+    """
+    per_plan = 2 if (v.kind == "cfg" and v.w != 0) else 1
+    return v.plans * per_plan * ddim_steps
 
 
 MAX_CAND = 64            # noise tensors are drawn for this many candidates so every N sees the same noise
@@ -390,14 +470,19 @@ MAX_EPISODES = 64
 
 
 def simulate(bundle, variants: list[Variant], episodes: int, ddim_steps: int, replan: int, seed: int,
-             progress=None, keep_moment: bool = False) -> dict:
-    """Closed loop for all variants at once; every replanning moment is one batched sampler call."""
+             progress=None, keep_moment: bool = False, planners: dict | None = None) -> dict:
+    """Closed loop for all variants at once; every replanning moment is one batched sampler call per backbone.
+
+    ``planners`` maps a variant's ``backbone`` to its denoiser; "transformer" defaults to ``bundle.planner``.
+    The critic and the inverse dynamics are shared by all backbones.
+    """
     import torch
 
     if episodes > MAX_EPISODES or any(v.n > MAX_CAND for v in variants):
         raise InputError(f"at most {MAX_EPISODES} episodes and {MAX_CAND} candidates")
-    planner, critic, invdyn = bundle.planner, bundle.critic, bundle.invdyn
-    dev = next(planner.parameters()).device
+    planners = {"transformer": bundle.planner, **(planners or {})}
+    critic, invdyn = bundle.critic, bundle.invdyn
+    dev = next(critic.parameters()).device
     rng = np.random.default_rng([seed, 1])
     start = np.zeros((episodes, 4))
     start[:, :2] = cell_centre(START_CELL) + rng.uniform(-0.2, 0.2, (episodes, 2))
@@ -416,16 +501,21 @@ def simulate(bundle, variants: list[Variant], episodes: int, ddim_steps: int, re
             r = t // replan
             report(progress, r / len(replans), f"replanning {r + 1}/{len(replans)}")
             noise = np.random.default_rng([seed, 2, r]).standard_normal((MAX_CAND, MAX_EPISODES, HORIZON, 2))
-            rows_start, rows_noise, rows_w, owner = [], [], [], []
+            rows_start, rows_noise, rows_w, owner, rows_bb = [], [], [], [], []
             for vi, v in enumerate(variants):
-                n = v.n if v.kind == "mcss" else 1
+                n = v.plans
                 pos = s[vi * episodes:(vi + 1) * episodes, :2]
                 rows_start.append(np.repeat(pos, n, axis=0))
                 rows_noise.append(noise[:n, :episodes].transpose(1, 0, 2, 3).reshape(-1, HORIZON, 2))
                 rows_w.append(np.full(episodes * n, v.w if v.kind == "cfg" else 0.0))
+                rows_bb.append(np.full(episodes * n, v.backbone, dtype=object))
                 owner.append(n)
-            x = sample_plans(planner, np.concatenate(rows_start), np.concatenate(rows_noise),
-                             np.concatenate(rows_w), ddim_steps)
+            st, nz, ww, bb = (np.concatenate(a) for a in (rows_start, rows_noise, rows_w, rows_bb))
+            x = torch.zeros((len(st), HORIZON, 2), device=dev)
+            for name in dict.fromkeys(bb):                 # one batched sampler call per backbone
+                sel = np.flatnonzero(bb == name)
+                x[torch.as_tensor(sel, device=dev)] = sample_plans(planners[name], st[sel], nz[sel], ww[sel],
+                                                                   ddim_steps)
             world = denormalise(x.cpu().numpy().astype(np.float64))
             vals = critic_values(critic, x)
             off = 0
@@ -481,20 +571,35 @@ def checkpoint_path():
     return asset_path("diffusion-planning/dv_maze.pt")
 
 
-@lru_cache(maxsize=1)
-def load_bundle():
+def unet_checkpoint_path():
+    from engine.core.nn import asset_path
+
+    return asset_path("diffusion-planning/dv_maze_unet.pt")
+
+
+def _load_module(path, make, command: str):
+    """Weights and metadata of one of our checkpoints (weights_only loading), module in eval mode."""
     from engine.core.nn import load_state
 
-    path = checkpoint_path()
     if not path.exists():
-        raise InputError("the planner checkpoint is missing; run `python -m engine.diffusion_planning train`")
+        raise InputError(f"a planner checkpoint is missing ({path.name}); run `{command}`")
     ck = load_state(path)
-    _, Bundle = model_classes()
-    bundle = Bundle()
-    bundle.load_state_dict(ck["state"])
-    bundle.eval()
-    info = {k: (v if isinstance(v, str) else float(v)) for k, v in ck["extra"].items()}
-    return bundle, info
+    module = make()
+    module.load_state_dict(ck["state"])
+    module.eval()
+    return module, {k: (v if isinstance(v, str) else float(v)) for k, v in ck["extra"].items()}
+
+
+@lru_cache(maxsize=1)
+def load_unet():
+    """The U-Net denoiser trained by ``python -m engine.diffusion_planning train --denoiser unet``."""
+    return _load_module(unet_checkpoint_path(), model_classes()[2],
+                        "python -m engine.diffusion_planning train --denoiser unet")
+
+
+@lru_cache(maxsize=1)
+def load_bundle():
+    return _load_module(checkpoint_path(), model_classes()[1], "python -m engine.diffusion_planning train")
 
 
 # ----------------------------------------------------------------------------- engine contract
@@ -502,7 +607,13 @@ def load_bundle():
 W_GRIDS = ("1,2,4", "0.5,1,2", "2,4,8", "1", "4", "8", "0,1,2,4,8")
 SCALING_NS = (1, 2, 4, 8, 16, 32, 64)
 CLAIM_NS = (1, 4, 12)
+BASE_NS = (2, 4, 12)         # MCSS sizes always run (N = 2 and 4 are the equal-compute partners of CFG k = 1, 2)
+CFG_KS = (2,)                # CFG plans per decision beyond the single plan, at the best weight (NFE 4 S)
+CFG_KS_CURVE = (6, 16)       # added with the scaling curve (NFE 12 S and 32 S)
 COST_CAP_GFLOP = 500.0
+BACKBONES = ("transformer", "unet")
+BACKBONE_LABELS = {"transformer": "Transformer", "unet": "U-Net"}
+PLAN_FLOP = {"transformer": FLOP_PER_PLAN, "unet": UNET_FLOP_PER_PLAN}
 
 
 def _weights(grid: str) -> tuple[float, ...]:
@@ -511,6 +622,10 @@ def _weights(grid: str) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class Config:
+    denoiser: str = param("transformer", Choice(BACKBONES, "Denoiser", labels=("Transformer (the paper's choice)",
+                                                                               "1-D temporal U-Net"),
+                                                help="backbone of the planner used by every variant; both were "
+                                                     "trained by the same script on the same data and steps"))
     candidates: int = param(12, Int(1, 64, "Candidates N (MCSS)", help="plans sampled per replanning moment; "
                                                                      "N = 1 is the unconditional planner"))
     cfg_weights: str = param("1,2,4", Choice(W_GRIDS, "CFG weights w", help="classifier-free guidance strengths "
@@ -518,39 +633,60 @@ class Config:
     ddim_steps: int = param(5, Int(2, 20, "DDIM steps S"))
     replan: int = param(20, Int(5, 50, "Replanning interval (env steps)", step=5))
     episodes: int = param(16, Int(8, 64, "Episodes per variant", step=8))
+    compare_denoisers: bool = param(False, Bool("Compare with the other denoiser",
+                                                help="also run MCSS and the unconditional planner with the other "
+                                                     "backbone (same episodes and noise; about 1.5 s more)",
+                                                group="Advanced"))
     scaling_curve: bool = param(False, Bool("Success-vs-N curve (N = 1 … 64)",
-                                            help="extra episodes with N = 1, 2, 4, …, 64 candidates",
-                                            group="Advanced"))
+                                            help="extra episodes with N = 1, 2, 4, …, 64 candidates, and CFG with "
+                                                 "6 and 16 plans per decision", group="Advanced"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
     def __post_init__(self):
         est = estimated_gflop(self)
         if est > COST_CAP_GFLOP:
             raise ValueError(f"estimated cost {est:.0f} GFLOP exceeds the cap of {COST_CAP_GFLOP:.0f} GFLOP; "
-                             "use fewer candidates, DDIM steps or episodes, or replan less often")
+                             "use fewer candidates, DDIM steps or episodes, replan less often, or turn off the "
+                             "denoiser comparison or the scaling curve")
+
+
+def _other(backbone: str) -> str:
+    return "unet" if backbone == "transformer" else "transformer"
 
 
 def _variants(config: Config) -> list[Variant]:
-    vs = [Variant(f"MCSS N={config.candidates}", "mcss", n=config.candidates)]
-    for n in CLAIM_NS:
-        if n > 1 and n != config.candidates:
-            vs.append(Variant(f"MCSS N={n}", "mcss", n=n))
-    vs += [Variant(f"CFG w={w:g}", "cfg", w=w) for w in _weights(config.cfg_weights)]
-    vs.append(Variant("unconditional", "uncond"))
+    """First pass: everything that does not depend on which CFG weight turns out best."""
+    b = config.denoiser
+    ns = [config.candidates] + [n for n in BASE_NS if n != config.candidates]
+    if config.scaling_curve:
+        ns += [n for n in SCALING_NS if n not in (1, *ns)]
+    vs = [Variant(f"MCSS N={n}", "mcss", n=n, backbone=b) for n in ns]
+    vs += [Variant(f"CFG w={w:g}", "cfg", w=w, backbone=b) for w in _weights(config.cfg_weights)]
+    vs.append(Variant("unconditional", "uncond", backbone=b))
+    return vs
+
+
+def _second_pass(config: Config, w_best: float) -> list[Variant]:
+    """CFG with k plans at the best single-plan weight (+ critic selection), and the other backbone's arms."""
+    ks = CFG_KS + (CFG_KS_CURVE if config.scaling_curve else ())
+    vs = [Variant(f"CFG w={w_best:g}, best of {k}", "cfg", n=k, w=w_best, backbone=config.denoiser) for k in ks]
+    if config.compare_denoisers:
+        o = _other(config.denoiser)
+        lab = BACKBONE_LABELS[o]
+        vs += [Variant(f"{lab}: MCSS N={config.candidates}", "mcss", n=config.candidates, backbone=o),
+               Variant(f"{lab}: unconditional", "uncond", backbone=o)]
     return vs
 
 
 def estimated_gflop(config: Config) -> float:
-    rows = 0
-    for v in _variants(config):
-        rows += v.n if v.kind == "mcss" else (2 if v.kind == "cfg" and v.w != 0 else 1)
-    if config.scaling_curve:
-        rows += sum(n for n in SCALING_NS if n not in (1, 4, 12, config.candidates))
+    """Denoiser FLOPs of both passes (the best CFG weight is not known in advance; any nonzero one costs the same)."""
     n_replans = math.ceil(EPISODE_STEPS / config.replan)
-    return config.episodes * rows * config.ddim_steps * n_replans * FLOP_PER_PLAN / 1e9
+    return sum(config.episodes * n_replans * nfe_per_decision(v, config.ddim_steps) * PLAN_FLOP[v.backbone]
+               for v in _variants(config) + _second_pass(config, 1.0)) / 1e9
 
 
-HEAVY_CONFIG = Config(candidates=64, ddim_steps=10, replan=20, episodes=24)     # ≈ 460 GFLOP, near the cap
+HEAVY_CONFIG = Config(candidates=64, ddim_steps=10, replan=20, episodes=24,   # ≈ 490 GFLOP, near the cap
+                      compare_denoisers=False)
 
 
 @dataclass
@@ -566,6 +702,9 @@ class Result:
     scaling: dict                # N -> success rate (when requested)
     best_cfg: str                # name of the CFG variant with the highest success
     checkpoint_info: dict
+    nfe: dict = field(default_factory=dict)          # variant name -> denoiser passes per replanning decision
+    nfe_curves: dict = field(default_factory=dict)   # method -> (NFE array, success array), main backbone
+    unet_info: dict = field(default_factory=dict)    # metadata of the U-Net checkpoint
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -596,19 +735,28 @@ def run(config: Config, progress=None) -> Result:
     set_cpu_threads()
     seed_everything(config.seed, torch_too=True)
     bundle, info = load_bundle()
+    unet, unet_info = load_unet()
+    planners = {"unet": unet}
     span = ProgressSpan(progress, 0, 1)
-    variants = _variants(config)
-    extra = [n for n in SCALING_NS if n not in (1, 4, 12, config.candidates)] if config.scaling_curve else []
-    variants += [Variant(f"MCSS N={n}", "mcss", n=n) for n in extra]
-    sim = simulate(bundle, variants, config.episodes, config.ddim_steps, config.replan, config.seed,
-                   progress=span.sub(0, 0.97, "episodes: "), keep_moment=True)
-    names = sim["names"]
-    first = sim["first"]
-    succ = {nm: success_rate(first[i]) for i, nm in enumerate(names)}
-    ttg = {nm: float(np.where(first[i] >= 0, first[i], EPISODE_STEPS).mean()) for i, nm in enumerate(names)}
-    mc = f"MCSS N={config.candidates}"
+    sim_kw = dict(episodes=config.episodes, ddim_steps=config.ddim_steps, replan=config.replan, seed=config.seed,
+                  planners=planners)
+    v1 = _variants(config)
+    sim = simulate(bundle, v1, progress=span.sub(0, 0.75, "episodes: "), keep_moment=True, **sim_kw)
+    succ = {nm: success_rate(sim["first"][i]) for i, nm in enumerate(sim["names"])}
     cfg_names = [f"CFG w={w:g}" for w in _weights(config.cfg_weights)]
     best_cfg = max(cfg_names, key=lambda nm: succ[nm])
+    # the CFG arms with k plans use the best *nonzero* weight of the single-plan runs (w = 0 is not guidance)
+    w_best = max((w for w in _weights(config.cfg_weights) if w != 0), key=lambda w: succ[f"CFG w={w:g}"])
+    v2 = _second_pass(config, w_best)
+    sim2 = simulate(bundle, v2, progress=span.sub(0.75, 0.97, "more episodes: "), **sim_kw)
+    variants = v1 + v2
+    names = sim["names"] + sim2["names"]
+    first = np.concatenate([sim["first"], sim2["first"]])
+    traj = np.concatenate([sim["traj"], sim2["traj"]])
+    succ.update({nm: success_rate(sim2["first"][i]) for i, nm in enumerate(sim2["names"])})
+    ttg = {nm: float(np.where(first[i] >= 0, first[i], EPISODE_STEPS).mean()) for i, nm in enumerate(names)}
+    nfe = {v.name: nfe_per_decision(v, config.ddim_steps) for v in variants}
+    mc = f"MCSS N={config.candidates}"
 
     def s_at(n):
         return succ["unconditional"] if n == 1 else succ[f"MCSS N={n}"]
@@ -622,34 +770,65 @@ def run(config: Config, progress=None) -> Result:
     rho = spearman(cand_values, cand_dist) if len(keep) > 2 else float("nan")
     rho_end = spearman(cand_values, cand_end) if len(keep) > 2 else float("nan")
     scaling = {n: s_at(n) for n in SCALING_NS if n == 1 or f"MCSS N={n}" in succ} if config.scaling_curve else {}
+
+    # success vs denoiser passes per decision, main backbone: selection (MCSS, N = 1 is the unconditional
+    # planner) and guidance at the best weight with 1, 2, ... plans (the critic picks among k > 1)
+    mcss_pts = {1: succ["unconditional"]}
+    mcss_pts.update({v.n: succ[v.name] for v in v1 if v.kind == "mcss"})
+    cfg_pts = {1: succ[f"CFG w={w_best:g}"]}
+    cfg_pts.update({v.n: succ[v.name] for v in v2 if v.kind == "cfg"})
+    per_plan = nfe_per_decision(Variant("", "cfg", w=w_best), config.ddim_steps)
+    nfe_curves = {
+        "MCSS (selection)": (np.array([n * config.ddim_steps for n in sorted(mcss_pts)]),
+                             np.array([mcss_pts[n] for n in sorted(mcss_pts)])),
+        f"CFG w={w_best:g} (k plans, critic picks)": (np.array([k * per_plan for k in sorted(cfg_pts)]),
+                                                      np.array([cfg_pts[k] for k in sorted(cfg_pts)])),
+    }
+    # equal compute: NFE 2S (MCSS N = 2 vs one CFG plan) and 4S (MCSS N = 4 vs CFG best of 2)
+    gap2 = succ["MCSS N=2"] - cfg_pts[1]
+    gap4 = succ["MCSS N=4"] - cfg_pts[2]
     m = {
         "success_mcss": succ[mc], "success_uncond": succ["unconditional"], "success_best_cfg": succ[best_cfg],
         "mcss_minus_uncond": succ[mc] - succ["unconditional"], "mcss_minus_best_cfg": succ[mc] - succ[best_cfg],
-        "success_n1": s_at(1), "success_n4": s_at(4), "success_n12": s_at(12),
+        "success_n1": s_at(1), "success_n2": s_at(2), "success_n4": s_at(4), "success_n12": s_at(12),
         "scaling_gain": s_at(12) - s_at(1),
         "scaling_monotone_gap": min(s_at(4) - s_at(1), s_at(12) - s_at(4)),
         "critic_spearman_vs_distance": rho, "critic_spearman_vs_end_distance": rho_end,
+        "cfg_best_w": w_best, "success_cfg_k1": cfg_pts[1], "success_cfg_k2": cfg_pts[2],
+        "equal_nfe_gap_2S": gap2, "equal_nfe_gap_4S": gap4, "equal_nfe_gap": 0.5 * (gap2 + gap4),
         "estimated_gflop": estimated_gflop(config),
     }
+    if config.compare_denoisers:
+        lab = BACKBONE_LABELS[_other(config.denoiser)]
+        by = {config.denoiser: (succ[mc], succ["unconditional"]),
+              _other(config.denoiser): (succ[f"{lab}: {mc}"], succ[f"{lab}: unconditional"])}
+        m.update({"success_transformer_mcss": by["transformer"][0], "success_transformer_uncond": by["transformer"][1],
+                  "success_unet_mcss": by["unet"][0], "success_unet_uncond": by["unet"][1],
+                  "backbone_gap": 0.5 * (by["transformer"][0] - by["unet"][0]
+                                         + by["transformer"][1] - by["unet"][1])})
     for nm in names:
         m[f"success[{nm}]"] = succ[nm]
         m[f"time_to_goal[{nm}]"] = ttg[nm]
+        m[f"nfe[{nm}]"] = nfe[nm]
     report(progress, 1.0, "done")
-    return Result(config=config, names=names, traj=sim["traj"].astype(np.float32), first=first,
+    return Result(config=config, names=names, traj=traj.astype(np.float32), first=first,
                   moment=sim["moment"], cand_values=cand_values, cand_dist=cand_dist, cand_end_dist=cand_end,
-                  scaling=scaling,
-                  best_cfg=best_cfg, checkpoint_info=info, metrics=m)
+                  scaling=scaling, best_cfg=best_cfg, checkpoint_info=info, nfe=nfe, nfe_curves=nfe_curves,
+                  unet_info=unet_info, metrics=m)
 
 
 def claims(result: Result) -> list[Claim]:
     m = result.metrics
-    e = result.config.episodes
-    n = result.config.candidates
-    return [
+    c = result.config
+    e = c.episodes
+    n = c.candidates
+    bb = BACKBONE_LABELS[c.denoiser]
+    out = [
         Claim("Sampling many plans without any guidance and picking the one a learned critic values most turns "
               "the goal-agnostic planner into a goal-reaching one.",
               measured=m["success_mcss"], op=">=", threshold=0.70, label=f"success, MCSS N={n}", fmt=".2f",
-              detail=f"{e} episodes; the same planner with a single unguided sample: {m['success_uncond']:.2f}"),
+              detail=f"{e} episodes, {bb} denoiser; the same planner with a single unguided sample: "
+                     f"{m['success_uncond']:.2f}"),
         Claim("…and the gain comes from selection: best-of-N beats a single unguided sample by a wide margin.",
               measured=m["mcss_minus_uncond"], op=">=", threshold=0.30, label="success(MCSS) − success(N=1)",
               fmt=".2f", detail="paired episodes: same starts and the same initial noise for candidate 1"),
@@ -657,7 +836,7 @@ def claims(result: Result) -> list[Claim]:
               "the guidance weight is tuned.",
               measured=m["mcss_minus_best_cfg"], op=">=", threshold=-0.05, label="success(MCSS) − max_w success(CFG)",
               fmt=".2f", detail=f"best CFG here: {result.best_cfg} with {m['success_best_cfg']:.2f} "
-                                f"(grid {result.config.cfg_weights}); binomial s.e. ≈ {0.5 / math.sqrt(e):.2f}"),
+                                f"(grid {c.cfg_weights}); binomial s.e. ≈ {0.5 / math.sqrt(e):.2f}"),
         Claim("More candidates help: success does not drop from N = 1 to 4 to 12 (0.05 slack)…",
               measured=m["scaling_monotone_gap"], op=">=", threshold=-0.05,
               label="min step in success along N = 1, 4, 12", fmt=".2f",
@@ -665,31 +844,41 @@ def claims(result: Result) -> list[Claim]:
         Claim("…and 12 candidates beat 1 by at least 0.30.",
               measured=m["scaling_gain"], op=">=", threshold=0.30, label="success(N=12) − success(N=1)", fmt=".2f",
               detail="same episodes and noise for every N"),
+        # threshold fixed before the equal-compute arms were first run: the tolerance of the claim above
+        Claim("Selection matches or beats guidance at equal compute (denoiser passes per decision): MCSS with "
+              "2 and 4 candidates against CFG with 1 and 2 plans at its best weight, the critic picking among CFG "
+              "plans too.",
+              measured=m["equal_nfe_gap"], op=">=", threshold=-0.05,
+              label="mean success gap MCSS − CFG at NFE 2S and 4S", fmt=".2f",
+              detail=f"NFE {2 * c.ddim_steps}: MCSS N=2 {m['success_n2']:.2f} vs CFG w={m['cfg_best_w']:g} "
+                     f"{m['success_cfg_k1']:.2f}; NFE {4 * c.ddim_steps}: MCSS N=4 {m['success_n4']:.2f} vs CFG "
+                     f"best of 2 {m['success_cfg_k2']:.2f} (w tuned on the single-plan runs of the same episodes)"),
     ]
+    if "backbone_gap" in m:
+        # direction as the paper reports (Transformer better); threshold fixed before the U-Net was trained
+        out.append(Claim(
+            "A Transformer denoiser plans at least as well as a U-Net (the paper: Transformer outperforms U-Net).",
+            measured=m["backbone_gap"], op=">=", threshold=0.0,
+            label="mean success gap Transformer − U-Net (MCSS, unconditional)", fmt=".2f",
+            detail=f"MCSS N={n}: Transformer {m['success_transformer_mcss']:.2f}, U-Net "
+                   f"{m['success_unet_mcss']:.2f}; unconditional: Transformer {m['success_transformer_uncond']:.2f}, "
+                   f"U-Net {m['success_unet_uncond']:.2f}; same data, steps, schedule, episodes and noise"))
+    return out
 
 
 # ----------------------------------------------------------------------------- training script
 
-def train(planner_steps: int = 8000, aux_steps: int = 4000, lr: float = 6e-4, batch: int = 128,
-          aux_batch: int = 256, ema: float = 0.999, seed: int = 0, progress=None) -> tuple:
+def _train_planner(planner, P, V, gen, steps: int, lr: float, batch: int, ema: float, progress) -> list[float]:
+    """Epsilon-prediction training of any denoiser (same batches, times, noise and condition drops for a given
+    generator state), AdamW with a cosine learning rate, EMA weights copied in at the end."""
     import copy
 
     import torch
 
     from engine.core.nn import batch_indices, train_loop
 
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    t0 = time.time()
-    data = generate_dataset()
-    plans, vals, vlo, vhi = plan_segments(data)
-    xi, ai = inverse_dynamics_triples(data)
-    _, Bundle = model_classes()
-    bundle = Bundle()
-    P, V = torch.as_tensor(plans), torch.as_tensor(vals)
     abar = torch.as_tensor(alpha_bar(np.arange(T_DIFF + 1)), dtype=torch.float32)
-    idx = batch_indices(len(P), batch, planner_steps, gen)
-    planner = bundle.planner
+    idx = batch_indices(len(P), batch, steps, gen)
     shadow = copy.deepcopy(planner).requires_grad_(False)
 
     def planner_loss(i):
@@ -709,11 +898,50 @@ def train(planner_steps: int = 8000, aux_steps: int = 4000, lr: float = 6e-4, ba
             for ps, pp in zip(shadow.parameters(), planner.parameters()):
                 ps.lerp_(pp, 1 - ema)
 
-    span = ProgressSpan(progress, 0, 1)
-    hist_p = train_loop(planner.parameters(), planner_loss, planner_steps, lr=lr, optimizer="adamw",
-                        progress=span.sub(0, 0.85, "planner: "), on_step=ema_update, report_every=200,
-                        cosine=True)
+    hist = train_loop(planner.parameters(), planner_loss, steps, lr=lr, optimizer="adamw", progress=progress,
+                      on_step=ema_update, report_every=200, cosine=True)
     planner.load_state_dict(shadow.state_dict())
+    return hist
+
+
+def train_unet(planner_steps: int = 8000, lr: float = 6e-4, batch: int = 128, ema: float = 0.999, seed: int = 0,
+               progress=None) -> tuple:
+    """The U-Net denoiser on the same data, batches, noise, steps and schedule as the Transformer planner."""
+    import torch
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.time()
+    plans, vals, _, _ = plan_segments(generate_dataset())
+    _, _, UNetDenoiser = model_classes()
+    unet = UNetDenoiser()
+    hist = _train_planner(unet, torch.as_tensor(plans), torch.as_tensor(vals), gen, planner_steps, lr, batch, ema,
+                          ProgressSpan(progress, 0, 1).sub(0, 1, "U-Net planner: "))
+    unet.eval()
+    extra = {"denoiser": "unet", "planner_steps": planner_steps, "lr": lr, "batch": batch, "ema": ema,
+             "train_seed": seed, "channels": ",".join(map(str, UNET_CHANNELS)), "kernel": UNET_KERNEL,
+             "parameters": sum(p.numel() for p in unet.parameters()), "segments": len(plans),
+             "planner_loss_last500": float(np.mean(hist[-500:])), "train_seconds": time.time() - t0}
+    return unet, extra
+
+
+def train(planner_steps: int = 8000, aux_steps: int = 4000, lr: float = 6e-4, batch: int = 128,
+          aux_batch: int = 256, ema: float = 0.999, seed: int = 0, progress=None) -> tuple:
+    import torch
+
+    from engine.core.nn import batch_indices, train_loop
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.time()
+    data = generate_dataset()
+    plans, vals, vlo, vhi = plan_segments(data)
+    xi, ai = inverse_dynamics_triples(data)
+    _, Bundle, _ = model_classes()
+    bundle = Bundle()
+    P, V = torch.as_tensor(plans), torch.as_tensor(vals)
+    span = ProgressSpan(progress, 0, 1)
+    hist_p = _train_planner(bundle.planner, P, V, gen, planner_steps, lr, batch, ema, span.sub(0, 0.85, "planner: "))
 
     cidx = batch_indices(len(P), aux_batch, aux_steps, gen)
     hist_c = train_loop(bundle.critic.parameters(),
@@ -748,6 +976,9 @@ def main(argv=None):
     ap.add_argument("cmd", choices=["train", "evaluate"],
                     help="train: dataset + planner + critic + inverse dynamics, then evaluate; evaluate: re-measure "
                          "the shipped checkpoint at the page's default setting and update its metadata only")
+    ap.add_argument("--denoiser", choices=["transformer", "unet"], default="transformer",
+                    help="unet: train (or evaluate) only the U-Net planner, on the same data, batches, steps and "
+                         "schedule; it shares the Transformer checkpoint's critic and inverse dynamics")
     ap.add_argument("--planner-steps", type=int, default=8000)
     ap.add_argument("--aux-steps", type=int, default=4000)
     ap.add_argument("--lr", type=float, default=6e-4)
@@ -755,25 +986,39 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     set_cpu_threads(a.threads)
-    out = checkpoint_path()
+    unet = a.denoiser == "unet"
+    out = unet_checkpoint_path() if unet else checkpoint_path()
     if a.cmd == "train":
-        bundle, extra = train(a.planner_steps, a.aux_steps, lr=a.lr, seed=a.seed,
-                              progress=lambda f, msg: print(msg, flush=True))
-        save_state(bundle, out, extra=extra)
+        if unet:
+            model, extra = train_unet(a.planner_steps, lr=a.lr, seed=a.seed,
+                                      progress=lambda f, msg: print(msg, flush=True))
+        else:
+            model, extra = train(a.planner_steps, a.aux_steps, lr=a.lr, seed=a.seed,
+                                 progress=lambda f, msg: print(msg, flush=True))
+        save_state(model, out, extra=extra)
     else:
-        bundle, _ = load_bundle()
+        model = load_unet()[0] if unet else load_bundle()[0]
         extra = {k: v for k, v in load_state(out)["extra"].items() if not k.startswith("eval_")}
     # evaluation at the default page setting, recorded with the checkpoint
     cfg = Config()
-    extra.update({f"eval_success[{k}]": v for k, v in _evaluate_bundle(bundle, cfg).items()})
+    if unet:
+        load_unet.cache_clear()
+        res = _evaluate_bundle(load_bundle()[0], cfg, backbone="unet", planners={"unet": model})
+    else:
+        res = _evaluate_bundle(model, cfg)
+    extra.update({f"eval_success[{k}]": v for k, v in res.items()})
     extra.update({"eval_episodes": cfg.episodes, "eval_seed": cfg.seed})
-    save_state(bundle, out, extra=extra)
+    save_state(model, out, extra=extra)
     out.with_suffix(".json").write_text(json.dumps(extra, indent=1))
     print(json.dumps(extra, indent=1))
 
 
-def _evaluate_bundle(bundle, config: Config) -> dict:
-    sim = simulate(bundle, _variants(config), config.episodes, config.ddim_steps, config.replan, config.seed)
+def _evaluate_bundle(bundle, config: Config, backbone: str = "transformer", planners: dict | None = None) -> dict:
+    """Success of MCSS (N = 1, 4 and the default N) and of CFG on the default grid, all with one backbone."""
+    vs = [Variant(f"MCSS N={n}", "mcss", n=n, backbone=backbone) for n in sorted({4, config.candidates})]
+    vs += [Variant(f"CFG w={w:g}", "cfg", w=w, backbone=backbone) for w in _weights(config.cfg_weights)]
+    vs.append(Variant("unconditional", "uncond", backbone=backbone))
+    sim = simulate(bundle, vs, config.episodes, config.ddim_steps, config.replan, config.seed, planners=planners)
     return {nm: success_rate(sim["first"][i]) for i, nm in enumerate(sim["names"])}
 
 

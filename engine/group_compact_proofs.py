@@ -19,6 +19,15 @@ Fourier proof certifies 82 % on S4 at 1.08x fewer operations than brute force, a
 vacuous (0 %) for every tau and residual rank we tried. The trained S5 network uses every irrep and its
 per-irrep output is far from the clean form ``s * rho(ab)`` the compact argument needs; the page says so
 and that badge fails.
+
+Longer / harder S5 training did not fix this (hidden 128, full table, all runs measured with tau = 0.05, r = 0):
+4000 more cosine-annealed AdamW steps: loss 0.0088, unexplained share 3.1 %, both proofs 0 %. Adam with coupled
+L2 (the optimiser of the authors' public training script): weight 2e-4 -> accuracy 100 %, unexplained 2.0 %,
+Fourier 0.4 %; 5e-4 from scratch -> 99.8 %, Fourier 0.2 %; 1e-3 (+ cosine) -> neurons purer (unexplained 0.67 %)
+but accuracy 99.2 % and Fourier 27 %. Each run reaches its equilibrium within ~500 steps and then stays flat;
+every run keeps all five non-trivial irreps of dimension > 1, so the Fourier proof also costs more counted
+operations than brute force (0.84-0.86x), and the character proof stays at 0 % (its nuclear-norm remainder is
+~3x the character-table gap s (d - max chi)). The shipped S5 checkpoint is unchanged.
 """
 
 from __future__ import annotations

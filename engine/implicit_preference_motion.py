@@ -206,7 +206,12 @@ def _torch():
 
 
 def features(state, t):
-    """Per-agent features (B, A, 18) from joint state (B, A, 3) at step t (torch)."""
+    """Per-agent features (B, A, 18) from joint state (B, A, 3) at step t (torch).
+
+    Own lane offset, position, speed and road-edge distances, then for the own lane and the lanes to
+    the left and right (in that order) the gap to and relative speed of the leader and the follower,
+    then t / T. All three lanes and both neighbours are handled in one set of tensor ops.
+    """
     torch = _torch()
     x, y, v = state[..., 0], state[..., 1], state[..., 2]
     lanes = torch.as_tensor(LANES, dtype=state.dtype, device=state.device)
@@ -214,26 +219,24 @@ def features(state, t):
     off = y - lanes[ln]
     dx = x[:, None, :] - x[:, :, None]                                       # (B, i, j) = x_j - x_i
     dv = v[:, None, :] - v[:, :, None]
-    eye = torch.eye(x.shape[1], dtype=torch.bool, device=state.device)
-    feats = [off, y / 7.0, v / 15.0, (y - EDGE_LO) / 5.0, (EDGE_HI - y) / 5.0]
-    for d in (0, 1, -1):
-        target = ln + d
-        valid = (target >= 0) & (target <= 2)
-        same = (ln[:, None, :] == target[:, :, None]) & ~eye
-        big = torch.full_like(dx, 1e3)
-        lead = torch.where(same & (dx >= 0), dx, big)
-        lg, li = lead.min(-1)
-        fol = torch.where(same & (dx < 0), -dx, big)
-        fg, fi = fol.min(-1)
-        for g, idx in ((lg, li), (fg, fi)):
-            has = g < 1e3
-            gap = torch.where(has, (g - CAR_L).clamp(-CAR_L, GAP_CLIP), torch.full_like(g, GAP_CLIP))
-            gap = torch.where(valid, gap, torch.zeros_like(gap))
-            rv = torch.gather(dv, -1, idx[..., None])[..., 0]
-            rv = torch.where(has & valid, rv, torch.zeros_like(rv))
-            feats += [gap / GAP_CLIP, rv / 5.0]
-    feats.append(torch.full_like(x, t / HORIZON))
-    return torch.stack(feats, -1)
+    n_b, n_a = x.shape
+    eye = torch.eye(n_a, dtype=torch.bool, device=state.device)
+    target = ln[..., None] + torch.tensor([0, 1, -1], device=state.device)   # (B, i, 3): own, left, right
+    valid = (target >= 0) & (target <= 2)
+    same = (ln[:, None, None, :] == target[..., None]) & ~eye[:, None, :]    # (B, i, 3, j)
+    ahead = (dx >= 0)[:, :, None, :]
+    big = torch.full((), 1e3, dtype=state.dtype, device=state.device)
+    dxe = dx[:, :, None, :]
+    cand = torch.stack([torch.where(same & ahead, dxe, big), torch.where(same & ~ahead, -dxe, big)], 3)
+    g, idx = cand.min(-1)                                                    # (B, i, 3, 2): leader, follower
+    has = g < 1e3
+    gap = torch.where(has, (g - CAR_L).clamp(-CAR_L, GAP_CLIP), torch.full_like(g, GAP_CLIP))
+    gap = torch.where(valid[..., None], gap, torch.zeros_like(gap))
+    rv = torch.gather(dv[:, :, None, None, :].expand(n_b, n_a, 3, 2, n_a), -1, idx[..., None])[..., 0]
+    rv = torch.where(has & valid[..., None], rv, torch.zeros_like(rv))
+    nb = torch.stack([gap / GAP_CLIP, rv / 5.0], -1).reshape(n_b, n_a, 12)
+    own = torch.stack([off, y / 7.0, v / 15.0, (y - EDGE_LO) / 5.0, (EDGE_HI - y) / 5.0], -1)
+    return torch.cat([own, nb, torch.full_like(x, t / HORIZON)[..., None]], -1)
 
 
 def step_torch(state, tok):
@@ -250,6 +253,16 @@ def make_policy():
     return mlp([N_FEAT, 32, 32, N_TOK])
 
 
+def _sample(probs, gen):
+    """One categorical draw per row by an exponential race: argmax_k p_k / E_k with E_k ~ Exp(1).
+
+    The same draw as ``torch.multinomial(probs, 1, generator=gen)`` (the race is how torch draws one
+    sample), without its validity checks, and with the noise visible so that several policies can share it.
+    """
+    torch = _torch()
+    return (probs / torch.empty_like(probs).exponential_(1, generator=gen)).argmax(-1)
+
+
 def rollout(policy, init, gen, temperature=1.0):
     """Closed-loop sampling of all agents. init (B, A, 3) torch. Returns states (B,T+1,A,3),
     features (B,T,A,F), tokens (B,T,A), per-step log-probs (B,T,A)."""
@@ -261,13 +274,43 @@ def rollout(policy, init, gen, temperature=1.0):
             f = features(st, t)
             logits = policy(f) / temperature
             logp = torch.log_softmax(logits, -1)
-            tok = torch.multinomial(logp.exp().reshape(-1, N_TOK), 1, generator=gen).reshape(st.shape[:2])
+            tok = _sample(logp.exp().reshape(-1, N_TOK), gen).reshape(st.shape[:2])
             Ls.append(torch.gather(logp, -1, tok[..., None])[..., 0])
             st = step_torch(st, tok)
             S.append(st)
             Fs.append(f)
             Ts.append(tok)
     return torch.stack(S, 1), torch.stack(Fs, 1), torch.stack(Ts, 1), torch.stack(Ls, 1)
+
+
+def rollout_many(policies, init, gen):
+    """States (P, B, T+1, A, 3) of P policies (same MLP shape) rolled out from the same init.
+
+    Equal to P calls of ``rollout`` with identically seeded generators: every policy sees the same
+    sampling noise, and the P forward passes run as one batched matrix product per layer.
+    """
+    torch = _torch()
+    n_p, (n_b, n_a, _) = len(policies), init.shape
+    layers = []
+    for group in zip(*policies):
+        if isinstance(group[0], torch.nn.Linear):
+            layers.append((torch.stack([m.weight for m in group]).transpose(1, 2),
+                           torch.stack([m.bias for m in group])[:, None, :]))
+        else:
+            layers.append(group[0])                     # parameter-free activation
+    st = init.repeat(n_p, 1, 1)
+    S = [st]
+    with torch.no_grad():
+        for t in range(HORIZON):
+            h = features(st, t).reshape(n_p, n_b * n_a, N_FEAT)
+            for layer in layers:
+                h = torch.baddbmm(layer[1], h, layer[0]) if isinstance(layer, tuple) else layer(h)
+            probs = torch.softmax(h, -1)
+            noise = torch.empty(n_b * n_a, N_TOK, dtype=probs.dtype, device=probs.device).exponential_(1, generator=gen)
+            tok = (probs / noise).argmax(-1).reshape(n_p * n_b, n_a)
+            st = step_torch(st, tok)
+            S.append(st)
+    return torch.stack(S, 1).reshape(n_p, n_b, HORIZON + 1, n_a, 3)
 
 
 def expert_features(states):
@@ -307,31 +350,36 @@ def occupancy(states, w_event):
     return phi.reshape(s.shape[0], -1, 6).astype(np.float32)
 
 
-def sinkhorn_batch(X, Y, eps_frac=0.05, iters=200, chunk=256):
+def sinkhorn_batch(X, Y, eps_frac=0.05, iters=200, chunk=64):
     """Entropic OT cost <P, C> between uniform point clouds, batched Sinkhorn (numpy, float32 kernel).
 
     X (B, n, d), Y (B, m, d); squared Euclidean cost; eps = eps_frac * median(C) per problem.
     The kernel is stabilised by subtracting row and then column minima of C (absorbed into the
     dual potentials), so every row and column keeps an entry exp(0) = 1 and nothing underflows
-    to an all-zero row. Returns (cost (B,), eps (B,)).
+    to an all-zero row. Problems go in chunks of 64 so that a chunk's kernel stays in cache during
+    the scaling iterations. Returns (cost (B,), eps (B,)).
     """
     X, Y = np.asarray(X, np.float64), np.asarray(Y, np.float64)
     out, eps_all = [], []
     for s in range(0, len(X), chunk):
         x, y = X[s:s + chunk], Y[s:s + chunk]
-        C = ((x[:, :, None, :] - y[:, None, :, :]) ** 2).sum(-1)
+        # |x - y|^2 = |x|^2 + |y|^2 - 2 x.y, without the (chunk, n, m, d) difference array
+        C = (x * x).sum(-1)[:, :, None] + (y * y).sum(-1)[:, None, :] - 2.0 * np.matmul(x, y.transpose(0, 2, 1))
+        np.maximum(C, 0.0, out=C)
         eps = eps_frac * np.maximum(np.median(C.reshape(len(C), -1), 1), 1e-9)
         r = C.min(2, keepdims=True)
         c = (C - r).min(1, keepdims=True)
         K = np.exp(-(C - r - c) / eps[:, None, None]).astype(np.float32)
         KT = np.ascontiguousarray(K.transpose(0, 2, 1))
         n, m = C.shape[1], C.shape[2]
+        a, b = np.float32(1.0 / n), np.float32(1.0 / m)
         v = np.ones((len(C), m, 1), np.float32)
         for _ in range(iters):
-            u = np.float32(1.0 / n) / np.matmul(K, v)
-            v = np.float32(1.0 / m) / np.matmul(KT, u)
-        P = u.astype(np.float64) * K * v.transpose(0, 2, 1).astype(np.float64)
-        out.append((P * C).sum((1, 2)))
+            u = a / np.matmul(K, v)
+            v = b / np.matmul(KT, u)
+        # <P, C> = u^T (K * C) v, with P = diag(u) K diag(v)
+        KC = K * C
+        out.append(np.matmul(u.transpose(0, 2, 1).astype(np.float64), np.matmul(KC, v.astype(np.float64)))[:, 0, 0])
         eps_all.append(eps)
     return np.concatenate(out), np.concatenate(eps_all)
 
@@ -435,14 +483,18 @@ def _banks():
     return cache["banks"]
 
 
-def _evaluate(policy, held, seed, device, w_event, n_scenes=N_HELD, reps=EVAL_REPS):
+def _evaluate(policies, held, seed, device, w_event, n_scenes=N_HELD, reps=EVAL_REPS):
+    """Held-out rollouts of each policy (same seed, so the same sampling noise for all) and their
+    OMF distances and event flags: a list of (S, d, coll, off), one per policy."""
     torch = _torch()
     init = torch.as_tensor(held["init"][:n_scenes], dtype=torch.float32, device=device).repeat(reps, 1, 1)
-    S = rollout(policy, init, torch.Generator(device=device).manual_seed(10_000 + seed))[0].cpu().numpy()
-    exp = np.tile(held["states"][:n_scenes], (reps, 1, 1, 1))
+    S = rollout_many(policies, init, torch.Generator(device=device).manual_seed(10_000 + seed)).cpu().numpy()
+    S = S.reshape(-1, *S.shape[2:])
+    exp = np.tile(held["states"][:n_scenes], (len(policies) * reps, 1, 1, 1))
     d = omf_distance(S, exp, w_event, device)
     coll, off = events(S)
-    return S, d, coll, off
+    split = lambda a: np.split(a, len(policies))     # noqa: E731
+    return list(zip(*map(split, (S, d, coll, off))))
 
 
 def wasserstein_distance(u: np.ndarray, v: np.ndarray) -> float:
@@ -475,8 +527,11 @@ def _realism(S, d, coll, off, held, n_scenes, reps, rng):
     return out, err
 
 
-def _dpo(ref, data, cfg, steps, held, device, progress, curve=True):
-    """DPO from ref on pairs data = (Fw, Tw, Fl, Tl) tensors; returns policy, loss history, curve."""
+def _dpo(ref, data, cfg, steps, progress, marks=()):
+    """DPO from ref on pairs data = (Fw, Tw, Fl, Tl) tensors.
+
+    Returns the policy, the loss history and frozen copies of the policy after each step in ``marks``
+    (step 0: the reference), evaluated later, all at once."""
     torch = _torch()
     import copy
 
@@ -489,28 +544,23 @@ def _dpo(ref, data, cfg, steps, held, device, progress, curve=True):
         rw, rl = traj_logp(ref, Fw, Tw), traj_logp(ref, Fl, Tl)
     n = len(Tw)
     g = torch.Generator().manual_seed(cfg.seed)
-    marks = sorted(set(np.linspace(0, steps, 5).round().astype(int).tolist())) if curve else []
-    curve_d = []
-
-    def ev():
-        d = _evaluate(pol, held, cfg.seed, device, cfg.event_weight, n_scenes=16, reps=1)[1]
-        curve_d.append(float(d.mean()))
+    snaps = [ref] if 0 in marks else []
+    FT, TT = torch.cat([Fw, Fl]), torch.cat([Tw, Tl])       # winners then losers: one forward pass a step
 
     def loss(_s):
-        idx = torch.randint(0, n, (min(32, n),), generator=g).to(device)
-        return dpo_loss(traj_logp(pol, Fw[idx], Tw[idx]), traj_logp(pol, Fl[idx], Tl[idx]), rw[idx], rl[idx],
-                        cfg.beta)
+        idx = torch.randint(0, n, (min(32, n),), generator=g).to(device=FT.device)
+        both = torch.cat([idx, idx + n])
+        lp = traj_logp(pol, FT[both], TT[both])
+        return dpo_loss(lp[:len(idx)], lp[len(idx):], rw[idx], rl[idx], cfg.beta)
 
     def on_step(s, _v):
         if s + 1 in marks:
-            ev()
+            snaps.append(copy.deepcopy(pol).requires_grad_(False))
 
-    if 0 in marks:
-        ev()
     hist = train_loop(pol.parameters(), loss, steps, lr=1e-3, progress=progress, message="DPO",
                       on_step=on_step, grad_clip=1.0) if steps > 0 else []
-    pol.eval()
-    return pol, np.asarray(hist), np.asarray(marks), np.asarray(curve_d)
+    pol.eval().requires_grad_(False)
+    return pol, np.asarray(hist), snaps
 
 
 def run(config: Config, progress=None) -> Result:
@@ -562,22 +612,33 @@ def run(config: Config, progress=None) -> Result:
     report(progress, 0.35, "DPO on DPA-OMF pairs")
 
     methods = {"reference": ref}
-    losses, curves = {}, {}
-    pol, h, marks, cd = _dpo(ref, (win[0], win[1], lose[0], lose[1]), config, config.dpo_steps, held, device,
-                             ProgressSpan(progress, 0.35, 0.6))
-    methods["DPA-OMF"], losses["DPA-OMF"], curves["DPA-OMF"] = pol, h, cd
+    losses, snaps = {}, {}
+    marks = sorted(set(np.linspace(0, config.dpo_steps, 5).round().astype(int).tolist()))
+    pol, losses["DPA-OMF"], snaps["DPA-OMF"] = _dpo(ref, (win[0], win[1], lose[0], lose[1]), config,
+                                                   config.dpo_steps, ProgressSpan(progress, 0.35, 0.6), marks)
+    methods["DPA-OMF"] = pol
     if config.baseline:
         es = torch.as_tensor(exp_states, dtype=torch.float32, device=device)
         ef = expert_features(es)
         et = torch.as_tensor(train["tokens"][order], device=device)
-        pol, h, marks, cd = _dpo(ref, (torch.cat([ef, ef]), torch.cat([et, et]), lose[0], lose[1]), config,
-                                 config.dpo_steps, held, device, ProgressSpan(progress, 0.6, 0.8))
-        methods["adversarial"], losses["adversarial"], curves["adversarial"] = pol, h, cd
+        pol, losses["adversarial"], snaps["adversarial"] = _dpo(
+            ref, (torch.cat([ef, ef]), torch.cat([et, et]), lose[0], lose[1]), config, config.dpo_steps,
+            ProgressSpan(progress, 0.6, 0.8), marks)
+        methods["adversarial"] = pol
     report(progress, 0.8, "evaluating on held-out scenes")
 
+    # held-out OMF distance along DPO (16 scenes; the step-0 copy is the reference, evaluated once)
+    curve_pols = [ref] + [p for v in snaps.values() for p in v[1:]]
+    curve_d = [float(e[1].mean()) for e in _evaluate(curve_pols, held, config.seed, device, config.event_weight,
+                                                     n_scenes=16, reps=1)]
+    curves, i = {}, 1
+    for name, v in snaps.items():
+        curves[name] = np.asarray(curve_d[:1] + curve_d[i:i + len(v) - 1])
+        i += len(v) - 1
+
     table, errors, vs, ve = {}, {}, {}, {}
-    for name, p in methods.items():
-        Sh, dh, ch, oh = _evaluate(p, held, config.seed, device, config.event_weight)
+    evals = _evaluate(list(methods.values()), held, config.seed, device, config.event_weight)
+    for name, (Sh, dh, ch, oh) in zip(methods, evals):
         table[name], errors[name] = _realism(Sh, dh, ch, oh, held, N_HELD, EVAL_REPS, rng)
         vs[name] = Sh[:N_HELD].astype(np.float32)
         ve[name] = (ch | oh)[:N_HELD]
@@ -585,16 +646,18 @@ def run(config: Config, progress=None) -> Result:
     ce, oe = events(held["states"])
     ve["expert"] = ce | oe
 
-    sw_m, sw_d, sw_f = [], [], []
+    sw_m, sw_d, sw_f, sw_p = [], [], [], []
     if config.sweep:
-        for i, m in enumerate([16, 32, 64, 128, 256, 400]):
-            if m > M:
-                break
-            report(progress, 0.85 + 0.14 * i / 6, f"scaling sweep: M = {m}")
+        sizes = [m for m in [16, 32, 64, 128, 256, 400] if m <= M]
+        for i, m in enumerate(sizes):
+            report(progress, 0.85 + 0.14 * i / len(sizes), f"scaling sweep: M = {m}")
+            if m == M:                                      # the same DPO run as the main DPA-OMF policy
+                sw_p.append(methods["DPA-OMF"])
+                continue
             idx = torch.cat([torch.arange(m), torch.arange(M, M + m)]).to(device)
-            p = _dpo(ref, (win[0][idx], win[1][idx], lose[0][idx], lose[1][idx]), config, config.dpo_steps,
-                     held, device, None, curve=False)[0]
-            Sh, dh, ch, oh = _evaluate(p, held, config.seed, device, config.event_weight)
+            sw_p.append(_dpo(ref, (win[0][idx], win[1][idx], lose[0][idx], lose[1][idx]), config,
+                             config.dpo_steps, None)[0])
+        for m, (_s, dh, ch, oh) in zip(sizes, _evaluate(sw_p, held, config.seed, device, config.event_weight)):
             sw_m.append(m)
             sw_d.append(float(dh.mean()))
             sw_f.append(float((ch.any(1) | oh.any(1)).mean()))
@@ -618,7 +681,7 @@ def run(config: Config, progress=None) -> Result:
                   rank_states=S_np.reshape(M, K, HORIZON + 1, N_AGENTS, 3)[s0, rank[s0]].astype(np.float32),
                   rank_events=(coll | off).reshape(M, K, HORIZON + 1, N_AGENTS)[s0, rank[s0]],
                   rank_dist=d[s0, rank[s0]], rank_expert=exp_states[s0].astype(np.float32),
-                  loss_curves=losses, curve_steps=marks, curve_omf=curves,
+                  loss_curves=losses, curve_steps=np.asarray(marks), curve_omf=curves,
                   sweep_m=np.asarray(sw_m), sweep_omf=np.asarray(sw_d), sweep_fail=np.asarray(sw_f))
 
 

@@ -122,10 +122,12 @@ def ba_graph(n: int, rng, m: int = 2, shift: float = 0.0, direction: np.ndarray 
     for v in range(m + 1):
         for u in range(v):
             A[u, v] = A[v, u] = 1
+    deg = A.sum(1)   # kept up to date: nodes >= v have no edges yet, so deg[:v] is the degree within A[:v, :v]
     for v in range(m + 1, n):
-        deg = A[:v, :v].sum(1)
-        targets = rng.choice(v, m, replace=False, p=deg / deg.sum())
+        targets = rng.choice(v, m, replace=False, p=deg[:v] / deg[:v].sum())
         A[v, targets] = A[targets, v] = 1
+        deg[targets] += 1
+        deg[v] = m
     X = rng.normal(0, 1.0, (n, FEAT))
     if direction is not None:
         X += shift * direction
@@ -281,8 +283,9 @@ def svdd_scores(jobs: list[tuple[list[Graph], list[Graph]]], epochs: int, seed: 
     def embed(A, X, M, W=weights):   # A (m, B, n, n), X (m, B, n, FEAT), M (m, B, n, 1) -> (m, B, 3 hid)
         h, outs = X, []
         mm, B, n = A.shape[:3]
+        AI = A + torch.eye(n)   # h + A h as one product (I + A) h
         for W1, W2 in zip(W[0::2], W[1::2]):   # node-wise linear maps as one (m, B n, d) @ (m, d, out)
-            z = torch.bmm((h + A @ h).reshape(mm, B * n, -1), W1)
+            z = torch.bmm((AI @ h).reshape(mm, B * n, -1), W1)
             h = (torch.relu(torch.bmm(torch.relu(z), W2)).reshape(mm, B, n, -1)) * M
             outs.append(h.sum(2))
         return torch.cat(outs, 2)
@@ -387,12 +390,16 @@ def sklearn_metrics(y, s) -> tuple[float, float, float]:
 # --------------------------------------------------------------------------- run
 
 def run(config: Config, progress=None) -> Result:
+    from sklearn import config_context
     from threadpoolctl import threadpool_limits
 
     from engine.core.nn import set_cpu_threads
 
     set_cpu_threads(1)
-    with threadpool_limits(limits=1, user_api="blas"):
+    # our inputs are finite and our estimator parameters fixed: skipping scikit-learn's per-call input and
+    # parameter validation (repeated for each of the forests' 720 trees) halves the detectors' time, same numbers
+    with threadpool_limits(limits=1, user_api="blas"), config_context(assume_finite=True,
+                                                                      skip_parameter_validation=True):
         return _run(config, progress)
 
 

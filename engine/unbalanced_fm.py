@@ -124,17 +124,44 @@ def sample_mixture(rng: np.random.Generator, n: int, mu: np.ndarray, w: np.ndarr
     return x, labels
 
 
+def ncx2_cdf_df2(x, lam) -> np.ndarray:
+    """CDF at x of the noncentral chi-square law with 2 degrees of freedom and noncentrality lam.
+
+    As a Poisson mixture of central chi-squares, F(x) = sum_j Pois(j; lam/2) P(chi2_{2j+2} <= x), and
+    P(chi2_{2j+2} <= x) = P(Pois(x/2) > j); so F(x) = P(I > J) for independent I ~ Pois(x/2), J ~ Pois(lam/2),
+    summed here in numpy over both Poisson supports (truncated where the tails are below e^-70). Equal to
+    scipy.special.chndtr(x, 2, lam) (the tests compare the two) without importing scipy at run time.
+    """
+    x, lam = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(lam, dtype=float))
+    shape = x.shape
+    x, lam = x.ravel(), lam.ravel()
+    inf = np.isinf(x)
+    nu, mu = np.where(inf, 0.0, x) / 2.0, lam / 2.0
+    top = float(max(nu.max(initial=0.0), mu.max(initial=0.0)))
+    n = int(math.ceil(top + 12.0 * math.sqrt(top) + 40.0))
+    k = np.arange(n, dtype=float)
+    log_fact = np.array([math.lgamma(i + 1.0) for i in range(n)])
+
+    def pmf(rate):   # (entries, n) Poisson probabilities, rate 0 included
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lr = np.where(k[None] == 0, 0.0, k[None] * np.log(rate[:, None]))
+        return np.exp(lr - rate[:, None] - log_fact[None])
+
+    p_i = pmf(nu)
+    tail = np.cumsum(p_i[:, ::-1], 1)[:, ::-1]          # P(I >= j)
+    sf_i = np.concatenate([tail[:, 1:], np.zeros((len(tail), 1))], 1)   # P(I > j)
+    out = (pmf(mu) * sf_i).sum(1)
+    return np.where(inf, 1.0, np.clip(out, 0.0, 1.0)).reshape(shape)
+
+
 def closed_form(tau: float | np.ndarray, mu0, mu1, w0, w1, s0: float, s1: float) -> dict[str, np.ndarray]:
     """Acceptance Z(tau) and TV of the kept-pair marginals to p0, p1 (noncentral chi-square)."""
-    # scipy's noncentral chi-square CDF (equal to scipy.stats.ncx2.cdf), without importing all of
-    # scipy.stats (half a second cold)
-    from scipy.special import chndtr
     tau = np.atleast_1d(np.asarray(tau, dtype=float))
     v = s0**2 + s1**2
     d2 = ((mu1[None, :, :] - mu0[:, None, :]) ** 2).sum(-1) / v  # (k, m)
     with np.errstate(over="ignore"):
         x = np.where(np.isinf(tau), np.inf, tau**2 / v)
-    P = chndtr(x[:, None, None], 2, d2[None])  # (t, k, m)
+    P = ncx2_cdf_df2(x[:, None, None], d2[None])  # (t, k, m)
     P = np.where(np.isinf(tau)[:, None, None], 1.0, P)
     joint = w0[None, :, None] * w1[None, None, :] * P
     Z = joint.sum((1, 2))
@@ -220,10 +247,11 @@ def _velocity_net(torch):
 def train_flows(samplers: list[PairSampler], steps: int, device, progress=None, message="training"):
     """Train one velocity net per sampler, side by side in one loop; returns [(net, loss history)].
 
-    The nets are independent: the loop minimises the sum of their losses, which gives each net exactly
-    its own gradient (Adam is per parameter), so this equals training them one after another; it only
-    saves the per-step overhead. Every net's batches are drawn before training, in the order the
-    sequential runs would draw them (init, time-seed, then all its batches), so the random streams match.
+    The nets are independent: their weights are stacked along a leading axis and trained as one batched
+    net on the sum of their losses, which gives each net exactly its own gradient (Adam is per parameter),
+    so this equals training them one after another; it only saves the per-step overhead. Every net's batches
+    are drawn before training, in the order the sequential runs would draw them (init, time-seed, then all
+    its batches), so the random streams match.
     """
     import torch
 
@@ -235,25 +263,37 @@ def train_flows(samplers: list[PairSampler], steps: int, device, progress=None, 
         nets.append(_velocity_net(torch).to(device))
         gens.append(torch.Generator().manual_seed(int(sampler.rng.integers(2**31))))
         batches.append([sampler.draw() for _ in range(int(steps))])
-    hists = [[] for _ in samplers]
+    E = len(nets)
+    # the E nets' weights stacked along a leading axis: one batched forward and backward per step
+    lins = [[m for m in net if isinstance(m, torch.nn.Linear)] for net in nets]
+    params = []
+    for li in range(len(lins[0])):
+        params.append(torch.stack([ls[li].weight.detach().T for ls in lins]).requires_grad_(True))      # (E, in, out)
+        params.append(torch.stack([ls[li].bias.detach()[None] for ls in lins]).requires_grad_(True))   # (E, 1, out)
+    X0 = [torch.as_tensor(np.stack([bat[s][0] for bat in batches]), dtype=torch.float32) for s in range(int(steps))]
+    X1 = [torch.as_tensor(np.stack([bat[s][1] for bat in batches]), dtype=torch.float32) for s in range(int(steps))]
+    hists = np.zeros((E, int(steps)), dtype=np.float32)
 
     def loss_fn(step):
-        total = 0.0
-        for net, gen, bat, hist in zip(nets, gens, batches, hists):
-            x0, x1 = bat[step]
-            x0 = torch.as_tensor(x0, dtype=torch.float32, device=device)
-            x1 = torch.as_tensor(x1, dtype=torch.float32, device=device)
-            t = torch.rand(len(x0), 1, generator=gen).to(device)
-            xt = (1 - t) * x0 + t * x1
-            v = net(torch.cat([xt, t], 1))
-            loss = ((v - (x1 - x0)) ** 2).sum(1).mean()
-            hist.append(float(loss.detach()))
-            total = total + loss
-        return total
+        x0, x1 = X0[step].to(device), X1[step].to(device)
+        t = torch.stack([torch.rand(x0.shape[1], 1, generator=gen) for gen in gens]).to(device)
+        h = torch.cat([(1 - t) * x0 + t * x1, t], 2)
+        for i in range(0, len(params), 2):
+            h = torch.baddbmm(params[i + 1], h, params[i])
+            if i < len(params) - 2:
+                h = torch.nn.functional.silu(h)
+        per_net = ((h - (x1 - x0)) ** 2).sum(2).mean(1)   # (E,): each net's own loss
+        hists[:, step] = per_net.detach().cpu().numpy()
+        return per_net.sum()
 
-    train_loop([p for net in nets for p in net.parameters()], loss_fn, steps, lr=2e-3, progress=progress,
-               message=message, report_every=25, cosine=COSINE)
-    return [(net, np.asarray(h, dtype=np.float32)) for net, h in zip(nets, hists)]
+    train_loop(params, loss_fn, steps, lr=2e-3, progress=progress, message=message, report_every=25,
+               cosine=COSINE)
+    with torch.no_grad():
+        for e, ls in enumerate(lins):
+            for li, m in enumerate(ls):
+                m.weight.copy_(params[2 * li][e].T)
+                m.bias.copy_(params[2 * li + 1][e, 0])
+    return [(net, hists[e]) for e, net in enumerate(nets)]
 
 
 def train_flow(sampler: PairSampler, steps: int, device, progress=None, message="training"):

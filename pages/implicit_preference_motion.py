@@ -48,32 +48,39 @@ st.caption(f"Preference data: {int(cfg.n_scenes)} scenes × {int(cfg.k_samples)}
 COL = {"expert": "#222222", "reference": "#3b6fd8", "DPA-OMF": "#29a36a", "adversarial": "#e08a1e"}
 
 
-def road(fig, row, col):
-    for yv in (eng.EDGE_LO, eng.EDGE_HI):
-        fig.add_hline(y=yv, line_color="black", line_width=2, row=row, col=col)
-    for yv in (1.75, 5.25):
-        fig.add_hline(y=yv, line_color="#aaaaaa", line_dash="dash", line_width=1, row=row, col=col)
+def road(n_panels):
+    """Road edges and lane markings of every panel, as one list of shapes (add_hline per line is slow)."""
+    out = []
+    for k in range(1, n_panels + 1):
+        ax = "" if k == 1 else str(k)
+        for yv, style in ((eng.EDGE_LO, {"color": "black", "width": 2}), (eng.EDGE_HI, {"color": "black", "width": 2}),
+                          (1.75, {"color": "#aaaaaa", "dash": "dash", "width": 1}),
+                          (5.25, {"color": "#aaaaaa", "dash": "dash", "width": 1})):
+            out.append(dict(type="line", xref=f"x{ax} domain", x0=0, x1=1, yref=f"y{ax}", y0=yv, y1=yv, line=style,
+                            layer="below"))
+    return out
 
 
 def draw(fig, states, ev, row, col, color, legend):
-    for a in range(states.shape[1]):
-        fig.add_trace(go.Scatter(x=states[:, a, 0], y=states[:, a, 1], mode="lines+markers",
-                                 line=dict(color=color, width=1.5), marker=dict(size=3), showlegend=False,
-                                 hoverinfo="skip"), row=row, col=col)
-        bad = ev[:, a]
-        if bad.any():
-            fig.add_trace(go.Scatter(x=states[bad, a, 0], y=states[bad, a, 1], mode="markers",
-                                     marker=dict(color="red", size=8, symbol="x"), name="collision / off-road",
-                                     showlegend=legend and a == 0), row=row, col=col)
+    """All cars of one rollout as a single trace (NaN breaks the line between cars), events as a second."""
+    gap = np.full((1, states.shape[1]), np.nan)
+    xs = np.concatenate([states[:, :, 0], gap]).T.ravel()
+    ys = np.concatenate([states[:, :, 1], gap]).T.ravel()
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", line=dict(color=color, width=1.5),
+                             marker=dict(size=3), showlegend=False, hoverinfo="skip"), row=row, col=col)
+    if ev.any():
+        fig.add_trace(go.Scatter(x=states[..., 0][ev], y=states[..., 1][ev], mode="markers",
+                                 marker=dict(color="red", size=8, symbol="x"), name="collision / off-road",
+                                 showlegend=legend), row=row, col=col)
 
 
 st.subheader("1 · One held-out scene, top-down")
 names = [n for n in ("expert", "reference", "DPA-OMF", "adversarial") if n in res.view_states]
 fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names, vertical_spacing=0.06)
 for i, n in enumerate(names):
-    road(fig, i + 1, 1)
     draw(fig, res.view_states[n][scene], res.view_events[n][scene], i + 1, 1, COL[n], i == 0)
-charts.themed(fig, f"Held-out scene {scene}: 8 s of driving (x right, lanes up); red × = event", 170 * len(names))
+charts.themed(fig, f"Held-out scene {scene}: 8 s of driving (x right, lanes up); red × = event", 170 * len(names),
+              shapes=road(len(names)))
 fig.update_xaxes(title="x (m)", row=len(names), col=1)
 charts.show(fig, key="scene")
 download.download_csv(pd.DataFrame([{"model": n, "t": t, "agent": a, "x": s[t, a, 0], "y": s[t, a, 1],
@@ -92,12 +99,11 @@ fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, shared_yaxes=Tr
                     horizontal_spacing=0.03)
 for i in range(K):
     r, c = i // cols + 1, i % cols + 1
-    road(fig, r, c)
     draw(fig, res.rank_expert, np.zeros(res.rank_expert.shape[:2], bool), r, c, "#bbbbbb", False)
     color = "#29a36a" if i < 2 else "#e4572e" if i >= K - 2 else "#3b6fd8"
     draw(fig, res.rank_states[i], res.rank_events[i], r, c, color, False)
 charts.themed(fig, "Grey: the scene's expert log; green: preferred; orange: rejected", 200 * rows + 60,
-              showlegend=False)
+              showlegend=False, shapes=road(K))
 charts.show(fig, key="ranked")
 st.caption(f"Negative control for claim 3: scored against a *different* scene's expert log, the distance still "
            f"prefers the clean rollout in {m['agreement_control']:.0%} of mixed pairs (vs {m['agreement']:.0%} "

@@ -83,14 +83,19 @@ for i, (col, name) in enumerate(zip(cols, ("original", "RFWave", "Griffin-Lim"))
         z = res.spec_db[name]
         fig = charts.heatmap(z, title=name, x=times, y=freqs, xlabel="time (s)", ylabel="Hz", zmin=-100, zmax=0,
                              colorbar_title="dB", reverse_y=False, height=340)
-        for e in edges:
-            fig.add_hline(y=e, line_dash="dot", line_color="white", line_width=1)
+        # band edges (and the highlighted band) as plain layout shapes: add_hline / add_hrect per line
+        # cost more than the heatmap itself on every rerun
+        shapes = [dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=e, y1=e,
+                       line=dict(color="white", width=1, dash="dot")) for e in edges]
         if band_view != "all":
             b = int(band_view)
             lo, hi = b * eng.BAND * eng.SR / eng.N_FFT, (b + 1) * eng.BAND * eng.SR / eng.N_FFT
-            fig.add_hrect(y0=lo, y1=hi, line_color="#f4a300", line_width=2, fillcolor="rgba(0,0,0,0)")
+            shapes.append(dict(type="rect", xref="x domain", x0=0, x1=1, yref="y", y0=lo, y1=hi,
+                               line=dict(color="#f4a300", width=2), fillcolor="rgba(0,0,0,0)"))
+        fig.update_layout(shapes=shapes)
         charts.show(fig, key=f"spec{i}")
-download.download_json({k: v for k, v in res.spec_db.items()}, "rfwave_spectrograms_db.json")
+download.download_json({k: np.round(v.astype(np.float64), 2) for k, v in res.spec_db.items()},   # 0.01 dB
+                       "rfwave_spectrograms_db.json")
 download.download_csv(pd.DataFrame(res.audio), "rfwave_audio.csv")
 
 left, right = st.columns(2)
@@ -100,8 +105,12 @@ with left:
     for g, d in res.sweep.items():
         ns = sorted(d)
         fig.add_trace(go.Scatter(x=ns, y=[d[n] for n in ns], mode="lines+markers", name=f"{g} grid"))
-    fig.add_hline(y=m["lsd_random_phase"], line_dash="dot", annotation_text="random phase")
-    fig.add_hline(y=m["lsd_gl10"], line_dash="dash", annotation_text="Griffin-Lim, 10 it.")
+    refs = ((m["lsd_random_phase"], "dot", "random phase"), (m["lsd_gl10"], "dash", "Griffin-Lim, 10 it."))
+    fig.update_layout(
+        shapes=[dict(type="line", xref="x domain", x0=0, x1=1, yref="y", y0=y, y1=y, line=dict(dash=dash))
+                for y, dash, _ in refs],
+        annotations=[dict(xref="x domain", x=1, xanchor="right", yref="y", y=y, yanchor="bottom", text=text,
+                          showarrow=False) for y, _, text in refs])
     charts.themed(fig, "LSD (dB) vs Euler steps, mean over the claim clips, noise seed " + str(cfg.seed), 380)
     fig.update_xaxes(title="N (Euler steps)", type="log")
     fig.update_yaxes(title="LSD (dB)")
@@ -118,8 +127,8 @@ with right:
     fig.add_trace(go.Scatter(x=res.curve_t, y=s / max(float(s.max()), 1e-12), mode="lines+markers",
                              name="S(t) (scaled)"))
     fig.add_trace(go.Scatter(x=np.concatenate([res.curve_t, [1.0]]), y=c, mode="lines", name="cumulative C(t)"))
-    for tk in res.grid:
-        fig.add_vline(x=float(tk), line_color="#e4572e", line_width=1, opacity=0.6)
+    fig.update_layout(shapes=[dict(type="line", xref="x", x0=float(tk), x1=float(tk), yref="y domain", y0=0, y1=1,
+                                   line=dict(color="#e4572e", width=1), opacity=0.6) for tk in res.grid])
     charts.themed(fig, f"Time points for N = {cfg.n_steps} ({cfg.grid}) in red", 380)
     fig.update_xaxes(title="t (0 = noise, 1 = data)")
     charts.show(fig, key="straight")

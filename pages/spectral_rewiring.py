@@ -9,6 +9,7 @@ from plotly.subplots import make_subplots
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import spectral_rewiring as eng
+from engine.core import Choice
 
 SLUG = "spectral-rewiring"
 
@@ -34,7 +35,7 @@ layout.paper_header(
             "rewiring raises, and the accuracies are only reported; the other claims use means over seeds."),
 )
 
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("labels", "rewiring"))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.spectral_rewiring", cfg, label="Rewiring and training GCNs")
@@ -104,6 +105,12 @@ download.download_csv(pd.DataFrame(long), "spectral_rewiring_per_seed.csv")
 st.subheader("The graph before and after (first seed)")
 st.caption("Nodes sit around the centre of their planted SBM block. Grey: edges kept; green: added; red "
            "dotted: removed. Long lines run between blocks.")
+# one labeling and one rewiring at a time (view settings, bound to the URL): drawing all 14 graphs on every
+# rerun made up most of the page's render time
+reg = state.bind_view(SLUG, "labels", Choice(tuple(res.regimes), "Labeling shown", widget="radio",
+                                             labels=tuple(REG_NAMES[r].capitalize() for r in res.regimes)))
+meth = state.bind_view(SLUG, "rewiring", Choice(tuple(METHODS[1:]), "Rewiring shown", widget="radio",
+                                                labels=tuple(SHORT[m] for m in METHODS[1:])))
 
 
 def segments(edges: np.ndarray):
@@ -115,56 +122,46 @@ def segments(edges: np.ndarray):
     return xs, ys
 
 
-def node_trace(color_ids: np.ndarray, name: str, symbol_ids: np.ndarray | None = None) -> go.Scatter:
+def node_trace(color_ids: np.ndarray, name: str) -> go.Scatter:
     palette = np.array(charts.COLORS)
     return go.Scatter(x=res.pos[:, 0], y=res.pos[:, 1], mode="markers", name=name, showlegend=False,
-                      marker=dict(size=7, color=palette[color_ids % len(palette)].tolist(),
+                      marker=dict(size=7, color=palette[color_ids % len(palette)],
                                   line=dict(width=0.5, color="white")),
                       text=[f"node {i}: label {lab}, community {c}" for i, (lab, c) in
                             enumerate(zip(color_ids, res.communities))], hoverinfo="text")
 
 
-def square(fig: go.Figure, height: int) -> go.Figure:
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False, scaleanchor="x", scaleratio=1)
-    return fig
+r_i = res.regimes.index(reg)
+lab = res.labels[r_i]
+fig = make_subplots(rows=1, cols=2, subplot_titles=("coloured by label", "coloured by Louvain community"))
+ex, ey = segments(res.edges)
+for col, ids in ((1, lab), (2, res.communities)):
+    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#c9c9c9", width=0.6),
+                             hoverinfo="skip", showlegend=False), row=1, col=col)
+    fig.add_trace(node_trace(ids, "nodes"), row=1, col=col)
+fig.update_xaxes(visible=False)
+fig.update_yaxes(visible=False)
+fig.update_yaxes(scaleanchor="x", scaleratio=1, row=1, col=1)
+fig.update_yaxes(scaleanchor="x2", scaleratio=1, row=1, col=2)
+charts.show(charts.themed(fig, f"Original graph, {REG_NAMES[reg]}", 420), key="before")
 
-
-reg_tabs = st.tabs([REG_NAMES[r].capitalize() for r in res.regimes])
-for r_i, (reg, tab) in enumerate(zip(res.regimes, reg_tabs)):
-    with tab:
-        lab = res.labels[r_i]
-        fig = make_subplots(rows=1, cols=2, subplot_titles=("coloured by label", "coloured by Louvain community"))
-        ex, ey = segments(res.edges)
-        for col, ids in ((1, lab), (2, res.communities)):
-            fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#c9c9c9", width=0.6),
-                                     hoverinfo="skip", showlegend=False), row=1, col=col)
-            fig.add_trace(node_trace(ids, "nodes"), row=1, col=col)
-        fig.update_xaxes(visible=False)
-        fig.update_yaxes(visible=False)
-        fig.update_yaxes(scaleanchor="x", scaleratio=1, row=1, col=1)
-        fig.update_yaxes(scaleanchor="x2", scaleratio=1, row=1, col=2)
-        charts.show(charts.themed(fig, f"Original graph, {REG_NAMES[reg]}", 420), key=f"before-{reg}")
-        m_tabs = st.tabs([SHORT[m] for m in METHODS[1:]])
-        for meth, mt in zip(METHODS[1:], m_tabs):
-            with mt:
-                add = res.added[f"{reg}/{meth}"]
-                rem = res.removed[f"{reg}/{meth}"]
-                rem_set = {(int(u), int(v)) for u, v in rem}
-                kept = np.array([e for e in res.edges.tolist() if (e[0], e[1]) not in rem_set],
-                                dtype=np.int64).reshape(-1, 2)
-                f2 = go.Figure()
-                for edges, color, dash, width, nm in ((kept, "#d0d0d0", "solid", 0.6, "kept"),
-                                                      (rem, "#e4572e", "dot", 1.4, "removed"),
-                                                      (add, "#29a36a", "solid", 1.6, "added")):
-                    xs, ys = segments(edges)
-                    f2.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{nm} ({len(edges)})",
-                                            line=dict(color=color, dash=dash, width=width), hoverinfo="skip"))
-                f2.add_trace(node_trace(lab, "nodes"))
-                m_i = METHODS.index(meth)
-                title = (f"{eng.METHOD_LABELS[meth]}: λ₂ {res.gap[r_i, 0, 0]:.3f} → {res.gap[r_i, m_i, 0]:.3f}, "
-                         f"homophily {res.homophily[r_i, 0, 0]:.3f} → {res.homophily[r_i, m_i, 0]:.3f}")
-                charts.show(square(charts.themed(f2, title, 460), 460), key=f"after-{reg}-{meth}")
+add = res.added[f"{reg}/{meth}"]
+rem = res.removed[f"{reg}/{meth}"]
+rem_set = {(int(u), int(v)) for u, v in rem}
+kept = np.array([e for e in res.edges.tolist() if (e[0], e[1]) not in rem_set], dtype=np.int64).reshape(-1, 2)
+f2 = go.Figure()
+for edges, color, dash, width, nm in ((kept, "#d0d0d0", "solid", 0.6, "kept"), (rem, "#e4572e", "dot", 1.4, "removed"),
+                                      (add, "#29a36a", "solid", 1.6, "added")):
+    xs, ys = segments(edges)
+    f2.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{nm} ({len(edges)})",
+                            line=dict(color=color, dash=dash, width=width), hoverinfo="skip"))
+f2.add_trace(node_trace(lab, "nodes"))
+m_i = METHODS.index(meth)
+title = (f"{eng.METHOD_LABELS[meth]}: λ₂ {res.gap[r_i, 0, 0]:.3f} → {res.gap[r_i, m_i, 0]:.3f}, "
+         f"homophily {res.homophily[r_i, 0, 0]:.3f} → {res.homophily[r_i, m_i, 0]:.3f}")
+f2.update_xaxes(visible=False)
+f2.update_yaxes(visible=False, scaleanchor="x", scaleratio=1)
+charts.show(charts.themed(f2, title, 460), key="after")
 download.download_json({"positions": res.pos, "edges": res.edges, "labels": {r: res.labels[i] for i, r in
                         enumerate(res.regimes)}, "communities": res.communities, "blocks": res.blocks,
                         "added": res.added, "removed": res.removed}, "spectral_rewiring_graph.json")

@@ -53,7 +53,7 @@ for i, mth in enumerate(eng.METHODS):
                      "sklearn_AUPRC": res.sk_auprc[i, j], "sklearn_FPR95": res.sk_fpr95[i, j]})
 df = pd.DataFrame(rows)
 st.dataframe(df[["detector", "scenario", "AUROC", "AUPRC", "FPR95"]].style.format(precision=3),
-             hide_index=True, use_container_width=True)
+             hide_index=True, width="stretch")
 download.download_csv(df, "ub_gold_table.csv")
 st.caption("Each scenario's winner sits where its detector's information matches the kind of anomaly: "
            "structure-only WL for the structural hub anomaly and the tree-vs-ring shift, the GNN where the "

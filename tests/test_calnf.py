@@ -138,3 +138,37 @@ def test_roc_matches_sklearn():
         np.testing.assert_allclose(fpr, f_sk, atol=1e-12)
         np.testing.assert_allclose(tpr, t_sk, atol=1e-12)
         assert auc == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+
+
+def test_energy_distance_matches_scipy_cdist():
+    from scipy.spatial.distance import cdist
+
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(300, 2)), rng.normal(size=(200, 2)) + [0.5, -0.2]
+    ref = 2 * cdist(a, b).mean() - cdist(a, a).mean() - cdist(b, b).mean()
+    assert eng.energy_distance(a, b) == pytest.approx(ref, rel=1e-10, abs=1e-12)
+    assert eng.energy_distance(a, a) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_stacked_flows_match_the_module_flow():
+    """The flat-parameter batch of E flows computes each flow's own log q(x; c), and unstacks to it."""
+    import torch
+
+    torch.manual_seed(3)
+    K = 4
+    flow = eng._build_flow(K)
+    with torch.no_grad():
+        for p in flow.parameters():
+            p.normal_(0, 0.3)
+    theta, views = eng._stack_flows(flow, 3)
+    with torch.no_grad():
+        theta[1] += 0.05 * torch.randn_like(theta[1])
+    x, c = torch.randn(3, 40, 2), torch.rand(3, 40, K)
+    lp = eng._stacked_log_prob(views(theta), x, c)
+    for e in range(3):
+        f_e = eng._unstack_flow(views(theta.detach()), e, K)
+        with torch.no_grad():
+            np.testing.assert_allclose(lp[e].detach().numpy(), f_e.log_prob(x[e], c[e]).numpy(), rtol=1e-5,
+                                       atol=1e-5)
+    with torch.no_grad():
+        np.testing.assert_allclose(lp[0].numpy(), flow.log_prob(x[0], c[0]).numpy(), rtol=1e-5, atol=1e-5)

@@ -150,3 +150,16 @@ def test_batch_indices_cover_epochs():
     assert len(idx) == 5 and all(len(b) == 4 for b in idx)
     first_epoch = torch.cat(idx[:2])
     assert len(set(first_epoch.tolist())) == 8       # no repeats within an epoch
+
+
+def test_chart_theme_is_applied_without_per_figure_template():
+    """Every chart carries the app theme (set once as plotly's default, not re-validated per figure)."""
+    import plotly.graph_objects as go
+
+    from components import charts
+
+    for fig in (charts.lines([0, 1], {"a": [0, 1]}, title="t"), charts.themed(go.Figure(), "t", 300, width=400)):
+        assert list(fig.layout.template.layout.colorway) == charts.COLORS
+        assert fig.layout.template.layout.font.size == 13
+    fig = charts.themed(go.Figure(), "title", 300, width=400)
+    assert (fig.layout.title.text, fig.layout.height, fig.layout.width) == ("title", 300, 400)

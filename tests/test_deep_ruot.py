@@ -146,3 +146,22 @@ def test_result_pickles_small(default_result):
     import pickle
 
     assert len(pickle.dumps(default_result)) < 2_000_000
+
+
+def test_stacked_velocity_nets_match_the_separate_nets():
+    """Stages 0-1 train DeepRUOT and the baseline side by side through stacked weights; the stacked module
+    must compute each net's own v(x, t) and write the trained weights back into the right net."""
+    torch.manual_seed(0)
+    nets = [eng._nets(torch, False)[0] for _ in range(2)]
+    stack = eng._stack_v(torch, nets)
+    inp = torch.randn(2, 30, 3)
+    out = stack(inp)
+    for e, net in enumerate(nets):
+        np.testing.assert_allclose(out[e].detach().numpy(), net(inp[e]).detach().numpy(), rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        for p in stack.parameters():
+            p.add_(0.1)
+    stack.write_back()
+    out = stack(inp)
+    for e, net in enumerate(nets):
+        np.testing.assert_allclose(out[e].detach().numpy(), net(inp[e]).detach().numpy(), rtol=1e-5, atol=1e-6)

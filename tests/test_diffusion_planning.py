@@ -167,8 +167,20 @@ def test_critic_ranks_by_maze_distance(default_result):
 
 # ----------------------------------------------------------------------------- contract
 
+EQUAL_NFE_LABEL = "mean success gap MCSS − CFG at NFE 2S and 4S"
+
+
 def test_claims_pass_at_default(default_result):
-    for c in eng.claims(default_result):
+    cs = eng.claims(default_result)
+    assert EQUAL_NFE_LABEL in [c.label for c in cs]
+    for c in cs:
+        if c.label == EQUAL_NFE_LABEL:
+            # Documented, not asserted: selection vs guidance at equal compute does NOT reproduce at the default
+            # setting (threshold -0.05 fixed before the first run). Measured with the shipped checkpoint: NFE 10,
+            # MCSS N=2 0.50 vs CFG w=1 0.81; NFE 20, MCSS N=4 0.88 vs CFG w=1 best of 2 0.88 -> mean gap -0.16.
+            # Not noise: with 64 episodes the gap is -0.18, -0.06, -0.16 for seeds 0, 1, 2 (CFG at w = 1 every time).
+            # The page shows the badge failing with these numbers.
+            continue
         assert c.passed, c.describe()
 
 
@@ -184,3 +196,107 @@ def test_spearman_matches_scipy():
     rng = np.random.default_rng(5)
     a, b = rng.normal(size=300), rng.integers(0, 8, 300).astype(float)    # b has many ties
     assert np.isclose(eng.spearman(a, b), spearmanr(a, b).statistic)
+
+
+# ----------------------------------------------------------------------------- U-Net denoiser and compute accounting
+
+@pytest.fixture(scope="module")
+def unet():
+    return eng.load_unet()[0]
+
+
+def test_unet_checkpoint_small_and_trained_like_the_transformer(unet):
+    path = eng.unet_checkpoint_path()
+    assert path.exists() and path.stat().st_size < 2 * 1024 * 1024
+    info, tinfo = eng.load_unet()[1], eng.load_bundle()[1]
+    for k in ("planner_steps", "lr", "batch", "ema", "train_seed"):
+        assert info[k] == tinfo[k], k
+    assert "eval_success[MCSS N=12]" in info and "eval_success[unconditional]" in info
+
+
+def test_unet_shape_batch_equivariance_and_null_condition(unet):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, eng.HORIZON, 2, generator=g)
+    t = torch.tensor([1, 100, 300, 500, 800, 1000])
+    y = torch.rand(6, generator=g)
+    use = torch.tensor([True, False, True, False, True, False])
+    with torch.no_grad():
+        out = unet(x, t, y, use)
+        assert out.shape == x.shape
+        perm = torch.tensor([3, 0, 5, 1, 4, 2])
+        # rows are independent of each other (GroupNorm normalises per sample): permuting the batch permutes outputs
+        assert torch.allclose(unet(x[perm], t[perm], y[perm], use[perm]), out[perm], atol=1e-5)
+        # the null condition ignores y; the return condition does not
+        y2 = y + 0.5
+        out2 = unet(x, t, y2, use)
+        assert torch.allclose(out2[~use], out[~use], atol=1e-6)
+        assert not torch.allclose(out2[use], out[use], atol=1e-4)
+
+
+def test_unet_ddim_w0_and_w1_match_reference(unet):
+    rng = np.random.default_rng(6)
+    start = np.tile(eng.cell_centre(eng.START_CELL), (6, 1)) + rng.uniform(-0.2, 0.2, (6, 2))
+    noise = rng.standard_normal((6, eng.HORIZON, 2))
+    mixed = eng.sample_plans(unet, start, noise, np.array([0, 0, 0, 1, 1, 1.0]), 5)
+    assert torch.allclose(mixed[:3], _reference_ddim(unet, start[:3], noise[:3], 5, False), atol=1e-4)
+    assert torch.allclose(mixed[3:], _reference_ddim(unet, start[3:], noise[3:], 5, True), atol=1e-4)
+
+
+class _Counted(torch.nn.Module):
+    """Wraps a denoiser and counts plan rows passed through it (one row of one call = one NFE)."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net, self.rows, self.calls = net, 0, 0
+
+    def forward(self, x, t, y, use):
+        self.rows += len(x)
+        self.calls += 1
+        return self.net(x, t, y, use)
+
+
+def test_nfe_per_decision_matches_counted_denoiser_calls(bundle):
+    # each variant gets its own counted copy of the planner through the backbone field, so one closed loop
+    # measures every variant's forward passes separately
+    vs = [eng.Variant("mcss3", "mcss", n=3, backbone="a"), eng.Variant("cfg2", "cfg", w=2.0, backbone="b"),
+          eng.Variant("cfg2x3", "cfg", n=3, w=2.0, backbone="c"), eng.Variant("cfg0", "cfg", w=0.0, backbone="d"),
+          eng.Variant("uncond", "uncond", backbone="e")]
+    counted = {v.backbone: _Counted(bundle.planner) for v in vs}
+    episodes, steps, replan = 8, 4, 50
+    eng.simulate(bundle, vs, episodes, steps, replan, seed=0, planners=counted)
+    decisions = episodes * len(range(0, eng.EPISODE_STEPS, replan))
+    for v in vs:
+        assert counted[v.backbone].rows == decisions * eng.nfe_per_decision(v, steps), v.name
+        assert counted[v.backbone].calls == len(range(0, eng.EPISODE_STEPS, replan)) * steps   # batched
+    assert [eng.nfe_per_decision(v, steps) for v in vs] == [12, 8, 24, 4, 4]
+
+
+def test_equal_compute_and_backbone_arms_at_default(default_result):
+    r, m = default_result, default_result.metrics
+    s = eng.Config().ddim_steps
+    # the curves pair methods at equal NFE: MCSS N = 2 with one CFG plan, N = 4 with CFG best of 2
+    x_mcss, y_mcss = r.nfe_curves["MCSS (selection)"]
+    (x_cfg, y_cfg), = [v for k, v in r.nfe_curves.items() if k.startswith("CFG")]
+    assert list(x_mcss[:3]) == [s, 2 * s, 4 * s] and list(x_cfg[:2]) == [2 * s, 4 * s]
+    assert np.isclose(m["equal_nfe_gap"], 0.5 * ((y_mcss[1] - y_cfg[0]) + (y_mcss[2] - y_cfg[1])))
+    assert r.nfe[f"CFG w={m['cfg_best_w']:g}, best of 2"] == 4 * s
+    assert "backbone_gap" not in m          # the denoiser comparison runs only when asked
+
+
+def test_denoiser_comparison_claim_and_pairing(default_result):
+    r = eng.run(eng.Config(compare_denoisers=True))
+    m, m0 = r.metrics, default_result.metrics
+    (c,) = [c for c in eng.claims(r) if "Transformer − U-Net" in c.label]
+    assert np.isclose(c.measured, 0.5 * (m["success_transformer_mcss"] - m["success_unet_mcss"]
+                                         + m["success_transformer_uncond"] - m["success_unet_uncond"]))
+    # Documented, deliberately not asserted: this badge passes here (+0.03: MCSS 1.00 vs 0.94, unconditional 0.31 vs
+    # 0.31, i.e. one episode of 16) but that is noise. With 64 episodes the gap is -0.01, -0.03, -0.10 for seeds
+    # 0, 1, 2: the paper's "Transformer beats U-Net" does not reproduce at this scale, and the page says so.
+    # the main variants are the same lanes as in the default run (the U-Net arms only add lanes)
+    for k in ("success_mcss", "success_uncond", "success_best_cfg", "equal_nfe_gap"):
+        assert m[k] == m0[k], k
+    assert m["success_transformer_mcss"] == m0["success_mcss"]
+    assert m["success_unet_mcss"] == m["success[U-Net: MCSS N=12]"]
+    # the recorded evaluation of the U-Net checkpoint is the same simulation (same seed and episodes)
+    assert m["success_unet_mcss"] == r.unet_info["eval_success[MCSS N=12]"]
+    assert m["success_unet_uncond"] == r.unet_info["eval_success[unconditional]"]

@@ -165,3 +165,24 @@ def test_nmi_matches_sklearn():
         assert eng._nmi(a, b) == pytest.approx(normalized_mutual_info_score(a, b), abs=1e-12)
     a = rng.integers(0, 4, 60)
     assert eng._nmi(a, 7 - a) == pytest.approx(1.0)
+
+
+def test_page_draws_the_graph_chosen_in_the_url():
+    # the before/after drawing shows one labeling and one rewiring at a time (view settings bound to the URL)
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "spectral_rewiring.py"),
+                           default_timeout=300)
+    at.query_params["labels"] = "misaligned"
+    at.query_params["rewiring"] = "feast"
+    at.run()
+    assert not at.exception
+    radios = {r.key: r.value for r in at.radio}
+    assert radios["spectral-rewiring:labels"] == "misaligned" and radios["spectral-rewiring:rewiring"] == "feast"
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("FeaSt" in t and "misaligned" not in t for t in titles)    # the rewired graph's title
+    assert any("Original graph, misaligned labels" in t for t in titles)
+    at.radio(key="spectral-rewiring:rewiring").set_value("spec_min").run()
+    assert at.query_params["rewiring"] in ("spec_min", ["spec_min"])

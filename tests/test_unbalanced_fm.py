@@ -31,6 +31,21 @@ def test_closed_form_reference_values():
     assert np.allclose(cf["tv1"], [0.200, 0.062, 0.022, 0.0], atol=2e-3)
 
 
+def test_ncx2_cdf_matches_scipy():
+    """Our numpy noncentral chi-square CDF (df = 2) against scipy's chndtr and scipy.stats.ncx2, including the
+    edges (x = 0, x = inf, noncentrality 0) and the range the closed form uses (tau up to 4.5, sigma1 = 0.02)."""
+    from scipy.special import chndtr
+    from scipy.stats import ncx2
+
+    x = np.r_[0.0, np.linspace(0.01, 1100.0, 400), np.inf]
+    lam = np.r_[0.0, 0.3, 5.0, 36.0, 100.0, 360.0, 1000.0, 2200.0]
+    ours = eng.ncx2_cdf_df2(x[:, None], lam[None])
+    ref = chndtr(x[:, None], 2, lam[None])
+    np.testing.assert_allclose(ours, ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ours[1:-1, 1:], ncx2.cdf(x[1:-1, None], 2, lam[None, 1:]), rtol=1e-9, atol=1e-12)
+    assert np.all(ours[0] == 0.0) and np.all(ours[-1] == 1.0)
+
+
 def test_closed_form_against_brute_force_monte_carlo():
     """Plain numpy: sample independent pairs, count ||x1 - x0|| <= tau, histogram target labels."""
     mu0, mu1, w0, w1 = _params()
@@ -102,3 +117,27 @@ def test_evaluate_against_brute_force():
     for p, v in zip(y, valid):
         assert v == any(math.dist(p, c) <= 0.15 for c in mu1)
     assert abs(tv - 0.5 * np.abs(hist - w1).sum()) < 1e-12
+
+
+def test_side_by_side_training_equals_separate_runs():
+    """train_flows stacks the nets' weights and trains them in one batched loop; that must be the same
+    computation as training each net on its own (same initialisation, batches and time draws)."""
+    import torch
+
+    mu0, mu1, w0, w1 = _params()
+
+    def src(r, n):
+        return eng.sample_mixture(r, n, mu0, w0, eng.SIGMA0)
+
+    def samplers():
+        return [eng.PairSampler(np.random.default_rng(11), math.inf, src, mu1, w1, 0.05),
+                eng.PairSampler(np.random.default_rng(12), 0.8, src, mu1, w1, 0.05)]
+
+    torch.manual_seed(5)
+    joint = eng.train_flows(samplers(), 25, "cpu")
+    torch.manual_seed(5)
+    alone = [eng.train_flow(s, 25, "cpu") for s in samplers()]
+    for (net_j, hist_j), (net_a, hist_a) in zip(joint, alone):
+        np.testing.assert_allclose(hist_j, hist_a, rtol=1e-4, atol=1e-5)
+        for pj, pa in zip(net_j.parameters(), net_a.parameters()):
+            np.testing.assert_allclose(pj.detach().numpy(), pa.detach().numpy(), rtol=1e-4, atol=1e-5)

@@ -25,11 +25,23 @@ def get_device():
     return torch.device("cpu")
 
 
+_native_limited_for: frozenset = frozenset()
+
+
 def _limit_threads(torch) -> None:
-    """One intra-op thread unless EXPLORER_TORCH_THREADS says otherwise (see engine.core.nn)."""
+    """One intra-op thread unless EXPLORER_TORCH_THREADS says otherwise (see engine.core.nn).
+
+    numpy/scipy BLAS pools are limited too, each time a new native library has been loaded since the last
+    call: with torch loaded beside them, a 2-thread OpenBLAS pool can make a small eigh 100x slower on 2 cores.
+    """
+    global _native_limited_for
     n = max(1, int(os.environ.get("EXPLORER_TORCH_THREADS", "1")))
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
+    loaded = frozenset(k for k in ("numpy", "scipy", "sklearn", "torch") if k in sys.modules)
+    if loaded != _native_limited_for:
+        limit_native_threads()
+        _native_limited_for = loaded
 
 
 def device_label() -> str:
