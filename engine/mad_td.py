@@ -12,9 +12,16 @@ least-squares linear dynamics model and quadratic reward model refit every 10 st
 buffer. All critics (variants x seeds) are one batch with hand-written gradients (numpy); the variants of a
 seed are paired (same data, initial weights and batch indices).
 
-Besides the on-policy error, the run measures the two things an actor would feel (issue #8): overestimation
-at unobserved actions, taken as the critic's greedy actions argmax_a Q_theta(s, a) over a wide action grid, and
-the discounted return of that greedy policy in the true LQR (fixed starts and noise, common to all critics).
+Issue #8's two claims (less overestimation at the actor's actions, more stable returns) need a policy that follows
+the critic, so the same batch of critics also holds "actor-critic" variants: a linear actor K (starting at K_b) is
+updated once per environment step by the deterministic policy gradient through its own critic (Adam); it acts
+(a = -K s + noise), it is the policy of the TD target (y = r + gamma Qbar(s', -K s')) and, for MAD-TD, the model rows
+are generated at its current actions. Both quantities are closed form for the current K (Lyapunov equation): the
+overestimation Q_theta(s, -K s) - Q^K(s, -K s) on fixed states and the regret (J* - J(K_t)) / |J*| (inf once K is
+unstable). Measured at the default config, seeds 0-4: real-only actors became unstable in 7 of 20 paired runs,
+MAD-TD ones in 2, but the issue's median ratios (<= 0.5) hold only at seeds 2 and 3 (0.68-1.26 elsewhere): in this
+LQR the action enters Q weakly, so the critic's action slope, which drives the actor, is mostly error with or
+without model rows and both actors drift away from K*.
 """
 
 from __future__ import annotations
@@ -35,10 +42,11 @@ K_B = np.array([0.5, 0.2])
 EP_LEN = 25
 WARMUP = 32
 BATCH = 64
-ACT_GRID = np.linspace(-4.0, 4.0, 17)   # actions searched by the greedy policy (data actions lie within ~±1)
-N_EVAL_STATES = 64                       # buffer states at which the greedy overestimation is measured
-N_ROLL, H_ROLL = 16, 25                  # greedy-policy evaluation: start states, horizon
-GREEDY_EVERY = 40                        # env steps between greedy-policy evaluations
+N_EVAL_STATES = 64          # common states (from the start distribution) for the actor-critic overestimation
+ACTOR_LR = 0.01             # Adam step of the linear actor K: at full speed it can cover K_B -> K* (~1.5) in the run
+ACTOR_STEPS = 1             # actor updates per environment step
+STATE_CLIP = 50.0           # states of a diverging actor are clipped so the simulation stays finite
+AC_REAL, AC_MAD = "actor-critic, real only", "actor-critic, MAD-TD"
 
 
 @dataclass(frozen=True)
@@ -71,25 +79,32 @@ MAX_SECONDS = 20.0
 
 def estimated_seconds(cfg: Config) -> float:
     """Rough CPU time on a busy 2-core machine (fitted: ~1.2 ms per batched update, evaluations included,
-    + ~20 ns per critic weight x batch of updates)."""
-    nv = 3 if cfg.sweep else 2
-    updates = (cfg.utd + (2 if cfg.sweep and cfg.utd != 2 else 0)) * max(cfg.env_steps - WARMUP, 0)
-    return 1.2e-3 * updates + 2e-8 * updates * cfg.n_seeds * nv * (cfg.width**2 + 4 * cfg.width + BATCH)
+    + ~20 ns per critic weight x batch of updates). The main UTD trains the evaluation variants and the two
+    actor-critic variants; the sweep's UTD-2 point only the evaluation variants."""
+    n_eval = 3 if cfg.sweep else 2
+    steps = max(cfg.env_steps - WARMUP, 0)
+    per_critic = 2e-8 * (cfg.width**2 + 4 * cfg.width + BATCH)
+    runs = [(cfg.utd * steps, cfg.n_seeds * (n_eval + 2))]
+    if cfg.sweep and cfg.utd != 2:
+        runs.append((2 * steps, cfg.n_seeds * n_eval))
+    return sum(1.2e-3 * u + per_critic * u * v for u, v in runs)
 
 
 @dataclass
 class Result:
-    steps: np.ndarray                 # recorded env steps
-    rmse: dict                        # "variant @ UTD" -> (seeds, P) on-policy RMSE
-    gsteps: np.ndarray                # env steps of the greedy-policy evaluations (P_g)
+    steps: np.ndarray                 # recorded env steps (every 10)
+    rmse: dict                        # evaluation variant "name @ UTD u" -> (seeds, P) on-policy RMSE
     bias: dict                        # same, mean error
-    final: dict                       # "variant @ UTD" -> (seeds,) final on-policy RMSE
-    over: dict = field(default_factory=dict)      # same keys -> (seeds, P_g) mean Q_θ − Q^π at the greedy action
-    regret: dict = field(default_factory=dict)    # same keys -> (seeds, P_g) greedy-policy return regret / |J*|
+    final: dict                       # same keys -> (seeds,) final on-policy RMSE
+    over: dict = field(default_factory=dict)      # actor-critic variant -> (seeds, P) mean Q_θ − Q^{π_K} at π_K(s)
+    regret: dict = field(default_factory=dict)    # same keys -> (seeds, P) (J* − J(K_t)) / |J*| (inf: unstable)
+    gain: dict = field(default_factory=dict)      # same keys -> (seeds, P, 2) actor gain K_t
+    align: dict = field(default_factory=dict)     # same keys -> (seeds, P) cosine(critic DPG grad, true DPG grad)
     late_over: dict = field(default_factory=dict)      # -> (seeds,) mean overestimation over the 2nd half
     worst_regret: dict = field(default_factory=dict)   # -> (seeds,) worst regret over the 2nd half
     heat: dict = field(default_factory=dict)      # variant -> (G, G) error map (seed 0, main UTD)
     heat_axis: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    K_star: np.ndarray = field(default_factory=lambda: np.zeros(2))
     data_states: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
     slice_a: np.ndarray = field(default_factory=lambda: np.zeros(0))
     slice_q: dict = field(default_factory=dict)   # "closed form" and variants -> Q(s0, a)
@@ -199,7 +214,7 @@ class Critics:
         x, h1, h2 = cache
         g = dq[..., None]
         dW3 = h2.transpose(0, 2, 1) @ g
-        d2 = (g @ W3.transpose(0, 2, 1)) * (h2 > 0)
+        d2 = g * W3.transpose(0, 2, 1) * (h2 > 0)             # outer product by broadcasting
         dW2 = h1.transpose(0, 2, 1) @ d2
         d1 = (d2 @ W2.transpose(0, 2, 1)) * (h1 > 0)
         dW1 = x.transpose(0, 2, 1) @ d1
@@ -227,6 +242,15 @@ class Critics:
         self.buf *= self.tau
         self.tflat += self.buf
 
+    def action_grad(self, s, a):
+        """dQ_v/da at (s, a) for every critic (s: (V, N, 2), a: (V, N))."""
+        x = np.concatenate([s, a[..., None]], -1).astype(np.float32)
+        W1, _, W2, _, W3, _ = self.p
+        _, (_, h1, h2) = self.forward(self.p, x)
+        d2 = np.broadcast_to(W3.transpose(0, 2, 1), (self.V, x.shape[1], W3.shape[1])) * (h2 > 0)
+        d1 = (d2 @ W2.transpose(0, 2, 1)) * (h1 > 0)
+        return d1 @ W1[:, 2, :][..., None]
+
     def q(self, s, a, target=False):
         x = np.concatenate([s, a[..., None]], -1).astype(np.float32)
         return self.forward(self.views(self.tflat if target else self.flat), x)[0]
@@ -239,156 +263,214 @@ def make_batch(s, a, r, s2, n_model: np.ndarray, K, model, bad_sigma: np.ndarray
     """
     V, N = a.shape
     a, r, s2 = a.copy(), r.copy(), s2.copy()
-    rows = np.arange(N)[None, :] < n_model[:, None]
-    if rows.any():
+    k = int(n_model.max())                     # only the leading rows can be model rows
+    if k > 0:
+        sk = s[:, :k]
+        rows = np.arange(k)[None, :] < n_model[:, None]
         W, wr = model
-        ap = -s @ K
-        x = np.concatenate([s, ap[..., None]], -1)
-        s_hat = x @ W + rng.normal(size=s.shape) * bad_sigma[:, None, None]
-        r_hat = np.einsum("vnf,vf->vn", reward_features(s, ap), wr)
-        a = np.where(rows, ap, a)
-        r = np.where(rows, r_hat, r)
-        s2 = np.where(rows[..., None], s_hat, s2)
+        ap = -np.einsum("vni,vi->vn", sk, np.broadcast_to(K, (V, 2)))
+        x = np.concatenate([sk, ap[..., None]], -1)
+        s_hat = x @ W
+        if np.any(bad_sigma > 0):
+            s_hat = s_hat + rng.normal(size=sk.shape) * bad_sigma[:, None, None]
+        r_hat = np.einsum("vnf,vf->vn", reward_features(sk, ap), wr)
+        a[:, :k] = np.where(rows, ap, a[:, :k])
+        r[:, :k] = np.where(rows, r_hat, r[:, :k])
+        s2[:, :k] = np.where(rows[..., None], s_hat, s2[:, :k])
     return a, r, s2
 
 
 def _take(X: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Rows idx[i] of X[i] for every seed i (X: (n_s, T, ...), idx: (n_s, B))."""
+    """Rows idx[i] of X[i] for every critic i (X: (V, T, ...), idx: (V, B))."""
     return np.take_along_axis(X, idx.reshape(idx.shape + (1,) * (X.ndim - 2)), 1)
 
 
-def greedy_actions(crit: Critics, s: np.ndarray) -> np.ndarray:
-    """argmax_a Q_theta(s, a) over ACT_GRID, refined by the parabola through the best grid point and its neighbours
-    (kept only where it improves on the grid point).
+def actor_grad(crit: Critics, s: np.ndarray, K: np.ndarray) -> np.ndarray:
+    """Gradient w.r.t. K (V, 2) of the actor loss -mean_n Q_v(s_n, -s_n K_v) (deterministic policy gradient)."""
+    a = -np.einsum("vni,vi->vn", s, K)
+    dqda = crit.action_grad(s, a)[..., 0]
+    return np.einsum("vn,vni->vi", dqda, s) / s.shape[1]
 
-    s: (V, M, 2) -> (V, M). The grid spans far beyond the data actions: these are the unobserved actions an
-    actor maximising the critic would move to.
+
+def true_actor_grad(s: np.ndarray, K: np.ndarray, P: np.ndarray, gamma: float) -> np.ndarray:
+    """The same DPG gradient as ``actor_grad`` but through the true Q^K (value matrix P (V, 2, 2)) instead of a critic."""
+    a = -np.einsum("vni,vi->vn", s, K)
+    m = s @ A_DYN.T + a[..., None] * B_DYN[:, 0]
+    dqda = -(2 * R_C * a + 2 * gamma * np.einsum("vni,vi->vn", m, P @ B_DYN[:, 0]))
+    return np.einsum("vn,vni->vi", dqda, s) / s.shape[1]
+
+
+def policy_value_matrices(K: np.ndarray, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+    """Batched Lyapunov solve for linear policies a = -s K (K: (..., 2)).
+
+    Returns P (..., 2, 2) with P = Q_c + R_c K'K + gamma (A - BK)' P (A - BK), and a mask of the gains that are
+    stable under discounting (spectral radius of sqrt(gamma)(A - BK) < 1); P is NaN where they are not.
     """
-    V, M = s.shape[:2]
-    n_a = len(ACT_GRID)
-    q = crit.q(np.repeat(s, n_a, axis=1), np.broadcast_to(np.tile(ACT_GRID, M), (V, M * n_a))).reshape(V, M, n_a)
-    i = q.argmax(-1)
-    j = np.clip(i, 1, n_a - 2)
-    qm, q0, qp = (np.take_along_axis(q, (j + d)[..., None], -1)[..., 0] for d in (-1, 0, 1))
-    curv = qm - 2 * q0 + qp
-    shift = np.where(curv < 0, 0.5 * (qm - qp) / np.where(curv < 0, curv, -1.0), 0.0)
-    step = ACT_GRID[1] - ACT_GRID[0]
-    a = np.where((i == j) & (curv < 0), ACT_GRID[j] + np.clip(shift, -1.0, 1.0) * step, ACT_GRID[i])
-    # a ReLU critic is piecewise linear, so the parabola's vertex can be worse: keep the better of the two
-    return np.where(crit.q(s, a) >= q.max(-1), a, ACT_GRID[i])
+    K = np.asarray(K, float)
+    Acl = A_DYN - B_DYN[:, 0][:, None] * K[..., None, :]                         # (..., 2, 2)
+    Qpi = Q_C + R_C * K[..., :, None] * K[..., None, :]
+    rho = np.max(np.abs(np.linalg.eigvals(Acl)), -1) * np.sqrt(gamma)
+    ok = rho < 1 - 1e-9
+    AT = np.swapaxes(Acl, -1, -2)
+    kron = np.einsum("...ij,...kl->...ikjl", AT, AT).reshape(K.shape[:-1] + (4, 4))   # vec(A' P A) = kron vec(P)
+    M = np.eye(4) - gamma * kron
+    M = np.where(ok[..., None, None], M, np.eye(4))
+    P = np.linalg.solve(M, Qpi.reshape(K.shape[:-1] + (4, 1))).reshape(K.shape[:-1] + (2, 2))
+    P = 0.5 * (P + np.swapaxes(P, -1, -2))
+    return np.where(ok[..., None, None], P, np.nan), ok
 
 
-def rollout_return(policy, starts: np.ndarray, noise: np.ndarray, gamma: float) -> np.ndarray:
-    """Discounted return of ``policy`` (s (..., M, 2) -> a (..., M)) from ``starts`` with fixed noise (H, M, 2).
-
-    Returns the mean over the M starts (shape ``policy``'s leading axes)."""
-    s = starts
-    ret = 0.0
-    for t in range(noise.shape[0]):
-        a = policy(s)
-        ret = ret + gamma**t * reward(s, a)
-        s = s @ A_DYN.T + a[..., None] * B_DYN[:, 0] + noise[t]
-    return np.mean(ret, -1)
+def q_from_P(s: np.ndarray, a: np.ndarray, P: np.ndarray, gamma: float) -> np.ndarray:
+    """Closed-form Q of the linear policy with value matrix P (..., 2, 2) at states s (..., N, 2), actions a (..., N)."""
+    m = s @ A_DYN.T + a[..., None] * B_DYN[:, 0]
+    const = gamma / (1 - gamma) * np.trace(P, axis1=-2, axis2=-1) * W_STD**2
+    return -(np.einsum("...i,ij,...j->...", s, Q_C, s) + R_C * a**2
+             + gamma * np.einsum("...ni,...ij,...nj->...n", m, P, m) + const[..., None])
 
 
-def train(cfg: Config, utd: int, variants: list[tuple[str, float, float]], rng, progress=None, span=(0, 1),
+def policy_return(K: np.ndarray, gamma: float) -> np.ndarray:
+    """Expected discounted return of a = -s K from s0 ~ U([-1, 1]^2) (E s0 s0' = I/3); -inf if unstable."""
+    P, ok = policy_value_matrices(K, gamma)
+    j = -(np.trace(P, axis1=-2, axis2=-1) / 3 + gamma / (1 - gamma) * W_STD**2 * np.trace(P, axis1=-2, axis2=-1))
+    return np.where(ok, j, -np.inf)
+
+
+def train(cfg: Config, utd: int, variants: list[tuple[str, float, float, bool]], rng, progress=None, span=(0, 1),
           keep=False):
-    """Train every (variant, seed) critic on per-seed data streams. variants: (name, frac, bad_sigma).
+    """Train every (variant, seed) critic. variants: (name, frac, bad_sigma, actor_critic).
 
-    Paired design: the critics of one seed share the data stream, the initial weights, the batch indices
-    and the evaluation states; they differ only in the model rows of their batches.
+    Evaluation variants (actor_critic False) evaluate the fixed policy pi = -K* s from the behaviour policy
+    a = -K_b s + noise. Actor-critic variants also learn a linear actor K (deterministic policy gradient through
+    their own critic, Adam, ACTOR_STEPS per env step), act with a = -K s + noise, and bootstrap / generate model rows
+    at their own current actor. Paired design: the critics of one seed share the initial weights, the initial actor,
+    the start states, all noise and the batch indices; evaluation variants of a seed thereby see identical data.
     """
-    K, _ = lqr_gain(cfg.gamma)
+    K_star, _ = lqr_gain(cfg.gamma)
     n_s, nv = cfg.n_seeds, len(variants)
     V = n_s * nv
     seed_of = np.repeat(np.arange(n_s), nv)            # critic v belongs to seed v // nv
-    n_model = np.array([int(round(f * BATCH)) for _ in range(n_s) for (_, f, _) in variants])
-    bad = np.array([b for _ in range(n_s) for (_, _, b) in variants])
+    n_model = np.array([int(round(f * BATCH)) for _ in range(n_s) for (_, f, _, _) in variants])
+    bad = np.array([b for _ in range(n_s) for (_, _, b, _) in variants])
+    ac = np.array([c for _ in range(n_s) for (_, _, _, c) in variants])
     crit = Critics(V, cfg.width, rng, share=nv)
+    K = np.where(ac[:, None], K_B, K_star)                 # the policy each critic evaluates (learned where ac)
+    actor_opt = np.zeros((2, V, 2))                        # Adam moments of the actors
     T = cfg.env_steps
-    S = np.zeros((n_s, T, 2))
-    Aa = np.zeros((n_s, T))
-    Rr = np.zeros((n_s, T))
-    S2 = np.zeros((n_s, T, 2))
-    # evaluation rollouts of the greedy policy: fixed starts and noise, common to every critic
-    starts = rng.uniform(-1, 1, (N_ROLL, 2))
-    roll_noise = rng.normal(0, W_STD, (H_ROLL, N_ROLL, 2))
-    j_opt = float(rollout_return(lambda x: -x @ K, starts, roll_noise, cfg.gamma))
-    s = rng.uniform(-1, 1, (n_s, 2))
-    model = (np.zeros((n_s, 3, 2)), np.zeros((n_s, 6)))
-    rec = {k: [] for k in ("step", "rmse", "bias", "gstep", "over", "regret")}
+    D = np.zeros((V, T, 6))                                # replay rows [s (2), a, r, s' (2)] of every critic
+    S, Aa, Rr, S2 = D[..., :2], D[..., 2], D[..., 3], D[..., 4:]
+    eval_s = rng.uniform(-1, 1, (N_EVAL_STATES, 2))        # common states for the actor-critic overestimation
+    j_star = float(policy_return(K_star, cfg.gamma))
+    model_rng = np.random.default_rng(int(rng.integers(2**62)))   # noisy-model draws: keep the data streams intact
+    s = np.zeros((V, 2))
+    W_exact = np.concatenate([A_DYN.T, B_DYN.T], 0)
+    wr_exact = np.array([-1, -0.1, -R_C, 0, 0, 0.0])
+    model = (np.broadcast_to(W_exact, (V, 3, 2)).copy(), np.broadcast_to(wr_exact, (V, 6)).copy())
+    needs_model = np.flatnonzero(n_model > 0)
+    rec = {k: [] for k in ("step", "rmse", "bias", "over", "regret", "align")}
+    gains, align = [], []                                  # align: cosine(critic DPG gradient, true DPG gradient)
+    ka = 0
     for t in range(T):
         if t % EP_LEN == 0:
-            s = rng.uniform(-1, 1, (n_s, 2))
-        a = -s @ K_B + rng.normal(0, cfg.sigma_b, n_s)
-        s_next = s @ A_DYN.T + a[:, None] * B_DYN[:, 0] + rng.normal(0, W_STD, (n_s, 2))
+            s = rng.uniform(-1, 1, (n_s, 2))[seed_of]
+        noise_a = rng.normal(0, cfg.sigma_b, n_s)[seed_of]
+        noise_s = rng.normal(0, W_STD, (n_s, 2))[seed_of]
+        a = -np.einsum("vi,vi->v", s, np.where(ac[:, None], K, K_B)) + noise_a
+        s_next = s @ A_DYN.T + a[:, None] * B_DYN[:, 0] + noise_s
         S[:, t], Aa[:, t], Rr[:, t], S2[:, t] = s, a, reward(s, a), s_next
-        s = s_next
+        s = np.clip(s_next, -STATE_CLIP, STATE_CLIP)       # a diverging actor cannot overflow the simulation
         n = t + 1
-        if cfg.model == "exact":
-            W = np.concatenate([A_DYN.T, B_DYN.T], 0)
-            model = (np.broadcast_to(W, (n_s, 3, 2)), np.broadcast_to(np.array([-1, -0.1, -R_C, 0, 0, 0.0]), (n_s, 6)))
-        elif n >= 10 and (n % 10 == 0 or n == 10):
-            fits = [fit_model(S[i, :n], Aa[i, :n], Rr[i, :n], S2[i, :n]) for i in range(n_s)]
-            model = (np.stack([f[0] for f in fits]), np.stack([f[1] for f in fits]))
+        if cfg.model != "exact" and n >= 10 and n % 10 == 0:
+            for v in needs_model:
+                model[0][v], model[1][v] = fit_model(S[v, :n], Aa[v, :n], Rr[v, :n], S2[v, :n])
         if n >= WARMUP:
-            mW, mr = model[0][seed_of], model[1][seed_of]
             for _ in range(utd):
-                idx = rng.integers(0, n, (n_s, BATCH))
-                bs, ba, br, bs2 = (_take(X, idx)[seed_of] for X in (S, Aa, Rr, S2))
-                ba, br, bs2 = make_batch(bs, ba, br, bs2, n_model, K, (mW, mr), bad, rng)
-                y = br + cfg.gamma * crit.q(bs2, -bs2 @ K, target=True)
+                idx = rng.integers(0, n, (n_s, BATCH))[seed_of]
+                b = _take(D, idx)
+                bs, ba, br, bs2 = b[..., :2], b[..., 2], b[..., 3], b[..., 4:]
+                ba, br, bs2 = make_batch(bs, ba, br, bs2, n_model, K, model, bad, model_rng)
+                y = br + cfg.gamma * crit.q(bs2, -np.einsum("vni,vi->vn", bs2, K), target=True)
                 x = np.concatenate([bs, ba[..., None]], -1).astype(np.float32)
                 q, cache = crit.forward(crit.p, x)
                 crit.step(crit.grads(cache, ((q - y) / BATCH).astype(np.float32)))
-        if n % 20 == 0 or n == T:
-            st = S[:, :n][seed_of]
-            ap = -st @ K
-            err = crit.q(st, ap) - q_true(st, ap, K, cfg.gamma)
+            if ac.any():                                   # DPG: ascend mean_s Q(s, -s K) on the last batch's states
+                for _ in range(ACTOR_STEPS):
+                    ka += 1
+                    g = actor_grad(crit, bs, K)
+                    P, ok = policy_value_matrices(K, cfg.gamma)
+                    gt = true_actor_grad(bs, K, np.where(ok[:, None, None], P, 0.0), cfg.gamma)
+                    cos = np.einsum("vi,vi->v", g, gt) / (np.linalg.norm(g, axis=1) * np.linalg.norm(gt, axis=1) + 1e-12)
+                    align.append(np.where(ok & ac, cos, np.nan))
+                    actor_opt[0] = 0.9 * actor_opt[0] + 0.1 * g
+                    actor_opt[1] = 0.999 * actor_opt[1] + 0.001 * g**2
+                    upd = ACTOR_LR * (actor_opt[0] / (1 - 0.9**ka)) / (np.sqrt(actor_opt[1] / (1 - 0.999**ka)) + 1e-8)
+                    K = np.where(ac[:, None], K - upd, K)
+        if n % 10 == 0 or n == T:
+            st = S[:, :n]
+            ap = -np.einsum("vni,vi->vn", st, K)
+            P, ok = policy_value_matrices(K, cfg.gamma)
+            err = crit.q(st, ap) - q_from_P(st, ap, P, cfg.gamma)
+            ae = -eval_s @ K.T                                              # (M, V)
+            es = np.broadcast_to(eval_s, (V,) + eval_s.shape)
+            over = crit.q(es, ae.T) - q_from_P(es, ae.T, P, cfg.gamma)
             rec["step"].append(n)
             rec["rmse"].append(np.sqrt((err**2).mean(1)))
             rec["bias"].append(err.mean(1))
+            rec["over"].append(np.where(ok, over.mean(1), np.inf))
+            rec["regret"].append((j_star - policy_return(K, cfg.gamma)) / abs(j_star))
+            gains.append(K.copy())
+            al = np.array(align).reshape(-1, V)
+            cnt = np.sum(~np.isnan(al), 0)
+            rec["align"].append(np.where(cnt > 0, np.nansum(al, 0) / np.maximum(cnt, 1), np.nan))
+            align = []
             report(progress, span[0] + (span[1] - span[0]) * n / T, f"UTD {utd}: env step {n}/{T}")
-        if n % GREEDY_EVERY == 0 or n == T:
-            se = S[:, np.linspace(0, n - 1, min(n, N_EVAL_STATES)).astype(int)][seed_of]
-            ag = greedy_actions(crit, se)
-            rec["gstep"].append(n)
-            rec["over"].append((crit.q(se, ag) - q_true(se, ag, K, cfg.gamma)).mean(1))
-            j = rollout_return(lambda x: greedy_actions(crit, x),
-                               np.broadcast_to(starts, (V, N_ROLL, 2)), roll_noise, cfg.gamma)
-            rec["regret"].append((j_opt - j) / abs(j_opt))
-    out = {k: np.array(v).T.reshape(n_s, nv, -1) for k, v in rec.items() if "step" not in k}
-    out.update(steps=np.array(rec["step"]), gsteps=np.array(rec["gstep"]), K=K, j_opt=j_opt)
+    out = {k: np.array(v).T.reshape(n_s, nv, -1) for k, v in rec.items() if k != "step"}
+    out.update(steps=np.array(rec["step"]), K_star=K_star, K=K.reshape(n_s, nv, 2), j_star=j_star,
+               gain=np.array(gains).transpose(1, 0, 2).reshape(n_s, nv, -1, 2))
     if keep:
         out.update(crit=crit, S=S, A=Aa, nv=nv)
     return out
 
 
+def _ratio(num: float, den: float) -> float:
+    """num / den for a "MAD / real-only" claim; undefined (inf: the claim fails) when real-only has nothing to cut."""
+    if not np.isfinite(num):
+        return float("inf")
+    if not np.isfinite(den):
+        return 0.0
+    return num / den if den > 0 else float("inf")
+
+
 def run(config: Config, progress=None) -> Result:
     seed_everything(config.seed)
     mad_sigma = config.bad_sigma if config.model == "noisy" else 0.0
-    variants = [("real only", 0.0, 0.0), ("MAD-TD", config.frac, mad_sigma)]
+    variants = [("real only", 0.0, 0.0, False), ("MAD-TD", config.frac, mad_sigma, False)]
     if config.sweep:
-        variants.append(("MAD-TD noisy model", config.frac, config.bad_sigma if config.bad_sigma > 0 else 0.3))
+        variants.append(("MAD-TD noisy model", config.frac, config.bad_sigma if config.bad_sigma > 0 else 0.3, False))
+    variants += [(AC_REAL, 0.0, 0.0, True), (AC_MAD, config.frac, mad_sigma, True)]
     utds = [config.utd] + ([2] if config.sweep and config.utd != 2 else [])
-    rmse, bias, final, over, regret = {}, {}, {}, {}, {}
+    rmse, bias, final, over, regret, gain, align = {}, {}, {}, {}, {}, {}, {}
     late_over, worst_regret = {}, {}
     main = None
     for ui, u in enumerate(utds):
         sub = np.random.default_rng(config.seed * 1000 + 7)   # identical data streams across UTD values
-        out = train(config, u, variants, sub, progress, (ui / len(utds), (ui + 1) / len(utds)), keep=ui == 0)
+        vs = variants if ui == 0 else [v for v in variants if not v[3]]   # the UTD-2 sweep point: evaluation only
+        out = train(config, u, vs, sub, progress, (ui / len(utds), (ui + 1) / len(utds)), keep=ui == 0)
         if ui == 0:
             main = out
-        late = out["gsteps"] > config.env_steps / 2              # greedy checkpoints of the second half
-        for vi, (name, _, _) in enumerate(variants):
+        late = out["steps"] > config.env_steps / 2                  # checkpoints of the second half
+        for vi, (name, _, _, is_ac) in enumerate(vs):
             key = f"{name} @ UTD {u}"
-            rmse[key] = out["rmse"][:, vi]
-            bias[key] = out["bias"][:, vi]
-            final[key] = out["rmse"][:, vi, -1]
-            over[key] = out["over"][:, vi]
-            regret[key] = out["regret"][:, vi]
-            late_over[key] = out["over"][:, vi, late].mean(-1)
-            worst_regret[key] = out["regret"][:, vi, late].max(-1)
+            if not is_ac:
+                rmse[key] = out["rmse"][:, vi]
+                bias[key] = out["bias"][:, vi]
+                final[key] = out["rmse"][:, vi, -1]
+            else:
+                over[key] = out["over"][:, vi]
+                regret[key] = out["regret"][:, vi]
+                gain[key] = out["gain"][:, vi]
+                align[key] = out["align"][:, vi]
+                late_over[key] = out["over"][:, vi, late].mean(-1)
+                worst_regret[key] = out["regret"][:, vi, late].max(-1)
     m: dict[str, float] = {"utd": config.utd, "sweep": float(config.sweep), "frac": config.frac}
     med = {k: float(np.median(v)) for k, v in final.items()}
     u = config.utd
@@ -398,39 +480,46 @@ def run(config: Config, progress=None) -> Result:
     m["ratio_real_mad"] = m["real_final"] / max(m["mad_final"], 1e-9)
     m["real_bias_pi"] = float(np.median(bias[real][:, -1]))
     m["mad_bias_pi"] = float(np.median(bias[mad][:, -1]))
-    m["real_over"] = float(np.median(late_over[real]))
-    m["mad_over"] = float(np.median(late_over[mad]))
-    # no overestimation to remove -> the ratio is undefined and the claim fails
-    m["over_ratio"] = m["mad_over"] / m["real_over"] if m["real_over"] > 0 else float("inf")
-    m["real_regret"] = float(np.median(worst_regret[real]))
-    m["mad_regret"] = float(np.median(worst_regret[mad]))
-    m["regret_ratio"] = m["mad_regret"] / max(m["real_regret"], 1e-9)
-    m["j_opt"] = float(main["j_opt"])
+    ac_real, ac_mad = f"{AC_REAL} @ UTD {u}", f"{AC_MAD} @ UTD {u}"
+    m["real_over"] = float(np.median(late_over[ac_real]))
+    m["mad_over"] = float(np.median(late_over[ac_mad]))
+    m["over_ratio"] = _ratio(m["mad_over"], m["real_over"])
+    m["real_regret"] = float(np.median(worst_regret[ac_real]))
+    m["mad_regret"] = float(np.median(worst_regret[ac_mad]))
+    m["regret_ratio"] = _ratio(m["mad_regret"], m["real_regret"])
+    m["real_diverged"] = float(np.mean(~np.isfinite(worst_regret[ac_real])))
+    m["mad_diverged"] = float(np.mean(~np.isfinite(worst_regret[ac_mad])))
+    for name, key in (("real", ac_real), ("mad", ac_mad)):     # how well the critic's actor gradient points uphill
+        al = align[key]
+        m[f"{name}_align"] = float(np.median(np.nanmean(al, 1))) if np.isfinite(al).any(1).all() else float("nan")
+    m["regret_K_B"] = float((main["j_star"] - policy_return(K_B, config.gamma)) / abs(main["j_star"]))
+    m["j_star"] = float(main["j_star"])
     if config.sweep and u != 2:
         m["real_utd_ratio"] = m["real_final"] / max(med["real only @ UTD 2"], 1e-9)
         m["mad_utd_ratio"] = m["mad_final"] / max(med["MAD-TD @ UTD 2"], 1e-9)
         m["noisy_ratio"] = med[f"MAD-TD noisy model @ UTD {u}"] / max(m["mad_final"], 1e-9)
-    # diagnostics on seed 0 at the main UTD: error map over states and a slice over actions
-    K = main["K"]
+    # diagnostics on seed 0 at the main UTD (evaluation variants): error map over states and a slice over actions
+    K = main["K_star"]
     crit = main["crit"]
+    n_eval = sum(not v[3] for v in variants)
     g = np.linspace(-1.5, 1.5, 31)
     P_, V_ = np.meshgrid(g, g, indexing="ij")
     grid = np.stack([P_.ravel(), V_.ravel()], -1)
     ap = -grid @ K
     qt = q_true(grid, ap, K, config.gamma)
-    allq = crit.q(np.broadcast_to(grid, (crit.p[0].shape[0],) + grid.shape), np.broadcast_to(ap, (crit.p[0].shape[0],)
-                                                                                              + ap.shape))
-    heat = {name: (allq[vi] - qt).reshape(31, 31) for vi, (name, _, _) in enumerate(variants)}
+    nc = crit.V
+    allq = crit.q(np.broadcast_to(grid, (nc,) + grid.shape), np.broadcast_to(ap, (nc,) + ap.shape))
+    heat = {name: (allq[vi] - qt).reshape(31, 31) for vi, (name, *_) in enumerate(variants[:n_eval])}
     s0 = np.array([0.8, -0.3])
     acts = np.linspace(-2.0, 2.0, 81)
     ss = np.broadcast_to(s0, (len(acts), 2))
-    qs = crit.q(np.broadcast_to(ss, (allq.shape[0],) + ss.shape), np.broadcast_to(acts, (allq.shape[0], len(acts))))
+    qs = crit.q(np.broadcast_to(ss, (nc,) + ss.shape), np.broadcast_to(acts, (nc, len(acts))))
     slice_q = {"closed form": q_true(ss, acts, K, config.gamma)}
-    for vi, (name, _, _) in enumerate(variants):
+    for vi, (name, *_) in enumerate(variants[:n_eval]):
         slice_q[name] = qs[vi]
     report(progress, 1.0, "done")
-    return Result(steps=main["steps"], gsteps=main["gsteps"], rmse=rmse, bias=bias, final=final, over=over, regret=regret,
-                  late_over=late_over, worst_regret=worst_regret, heat=heat, heat_axis=g,
+    return Result(steps=main["steps"], rmse=rmse, bias=bias, final=final, over=over, regret=regret, gain=gain, align=align,
+                  late_over=late_over, worst_regret=worst_regret, heat=heat, heat_axis=g, K_star=K,
                   data_states=main["S"][0], slice_a=acts, slice_q=slice_q, slice_state=s0,
                   data_actions=main["A"][0], metrics=m | {"pi_s0": float(-s0 @ K)})
 
@@ -439,20 +528,22 @@ def claims(result: Result) -> list[Claim]:
     m = result.metrics
     u = int(m["utd"])
     pct = f"{100 * m['frac']:g} %"
+    div = (f"; actors diverged (unstable gain) in {100 * m['real_diverged']:.0f} % (real-only) vs "
+           f"{100 * m['mad_diverged']:.0f} % (MAD-TD) of seeds")
     out = [Claim(f"At UTD {u}, {pct} model data at on-policy actions cuts the critic's on-policy error",
                  measured=m["ratio_real_mad"], op=">=", threshold=2.0, label="median RMSE real-only / MAD-TD",
                  detail=f"real-only {m['real_final']:.2f}, MAD-TD {m['mad_final']:.2f} (true |Q| ≈ 4)", fmt=".2f"),
-           Claim(f"At UTD {u}, model data cuts value overestimation at unobserved actions (the critic's greedy "
-                 "actions, where an actor would go)",
+           Claim(f"Actor-critic at UTD {u}: model data cuts value overestimation at the current actor's actions",
                  measured=m["over_ratio"], op="<=", threshold=0.5,
                  label="median overestimation MAD-TD / real-only",
-                 detail=(f"mean Q_θ − Q^π at argmax_a Q_θ over the 2nd half of training: real-only "
-                         f"{m['real_over']:+.2f}, MAD-TD {m['mad_over']:+.2f} (needs real-only > 0)"), fmt=".2f"),
-           Claim(f"At UTD {u}, returns of the critic's greedy policy are more stable with model data",
+                 detail=(f"mean Q_θ(s, π_K(s)) − Q^π_K(s, π_K(s)) over the 2nd half of training: real-only "
+                         f"{m['real_over']:+.2f}, MAD-TD {m['mad_over']:+.2f} (inf: the actor became unstable; "
+                         "needs real-only > 0)"), fmt=".2f"),
+           Claim(f"Actor-critic at UTD {u}: the current policy's returns are more stable with model data",
                  measured=m["regret_ratio"], op="<=", threshold=0.5,
                  label="median worst regret MAD-TD / real-only",
-                 detail=(f"worst (J* − J_greedy)/|J*| over the 2nd half: real-only {m['real_regret']:.2f}, "
-                         f"MAD-TD {m['mad_regret']:.2f}"), fmt=".2f")]
+                 detail=(f"worst (J* − J(K_t))/|J*| over the 2nd half: real-only {m['real_regret']:.2f}, "
+                         f"MAD-TD {m['mad_regret']:.2f} (initial actor {m['regret_K_B']:.2f})" + div), fmt=".2f")]
     if m.get("sweep") and "real_utd_ratio" in m:
         out.append(Claim("More updates per sample hurt without model data", measured=m["real_utd_ratio"], op=">=",
                          threshold=1.0, label=f"real-only RMSE, UTD {u} / UTD 2", fmt=".2f"))

@@ -97,22 +97,26 @@ def maze_figure(title: str) -> go.Figure:
 
 
 st.subheader("Executed trajectories")
-st.caption("All episodes of each variant from the start square (blue) toward the goal disc (green). Green "
+st.caption("All episodes of one variant from the start square (blue) toward the goal disc (green). Green "
            "paths reached the goal at least once within 200 steps, red ones never did.")
-tabs = st.tabs(names)
-for i, (tab, nm) in enumerate(zip(tabs, names)):
-    with tab:
-        fig = maze_figure(f"{nm}: success {succ[i]:.2f}")
-        for e in range(res.traj.shape[1]):
-            ok = res.first[i, e] >= 0
-            fig.add_trace(go.Scatter(x=res.traj[i, e, :, 0], y=res.traj[i, e, :, 1], mode="lines",
-                                     line=dict(color="#29a36a" if ok else "#e4572e", width=1.2), opacity=0.6,
-                                     hoverinfo="skip"))
-        charts.show(fig, key=f"traj_{i}")
-download.download_csv(pd.DataFrame([{"variant": nm, "episode": e, "step": t, "x": res.traj[i, e, t, 0],
-                                     "y": res.traj[i, e, t, 1]}
-                                    for i, nm in enumerate(names) for e in range(res.traj.shape[1])
-                                    for t in range(0, res.traj.shape[2], 5)]),
+# one figure for the variant picked here (bound to the URL), not one per variant in tabs: drawing all of them
+# on every rerun was most of the page's cache-hit time
+shown = state.bind_view(SLUG, "trajectories", Choice(tuple(names), "Trajectories of", widget="radio"))
+i = names.index(shown)
+fig = maze_figure(f"{shown}: success {succ[i]:.2f}")
+# all reaching episodes as one trace and all failing ones as another (NaN rows break the line between episodes)
+for ok, color in ((True, "#29a36a"), (False, "#e4572e")):
+    eps = res.traj[i][(res.first[i] >= 0) == ok]
+    if len(eps):
+        xy = np.concatenate([eps, np.full((len(eps), 1, 2), np.nan)], axis=1).reshape(-1, 2)
+        fig.add_trace(go.Scatter(x=xy[:, 0], y=xy[:, 1], mode="lines", opacity=0.6, hoverinfo="skip",
+                                 line=dict(color=color, width=1.2)))
+charts.show(fig, key="trajectories")
+_v, _e, _t = np.meshgrid(np.arange(len(names)), np.arange(res.traj.shape[1]), np.arange(0, res.traj.shape[2], 5),
+                         indexing="ij")
+download.download_csv(pd.DataFrame({"variant": np.asarray(names)[_v.ravel()], "episode": _e.ravel(),
+                                    "step": _t.ravel(), "x": res.traj[_v, _e, _t, 0].ravel(),
+                                    "y": res.traj[_v, _e, _t, 1].ravel()}),
                       "dv_trajectories.csv", label="Download trajectories, every 5th step (CSV)")
 
 st.subheader("One replanning moment")

@@ -15,12 +15,15 @@ layout.paper_header(
          "learned input: for the current state, a predicted histogram of *how many steps remain until the next "
          "constraint violation*. The histogram comes from a small network trained by plain maximum likelihood "
          "on the agent's own finished episodes, and it is appended to the state that the value network sees "
-         "(without passing gradients back). Here the agent walks a slippery island (water = cost) and we compare "
-         "the plain agent, the SRPL agent and, optionally, an agent given the true distance to water.",
-    caveat="Small-scale stand-in: a 7 × 10 gridworld and online Q(λ) with a failure penalty, written in numpy "
+         "(without passing gradients back). Here the agent walks a slippery gridworld with hazard cells "
+         "(entering one = a violation) and we compare the plain agent, the SRPL agent and, optionally, an agent "
+         "given the true distance to the nearest hazard.",
+    caveat="Small-scale stand-in: gridworlds (default: a walled 9 × 12 field with two hazard strips; also the "
+           "paper-like 7 × 10 island) and online Q(λ) with a failure penalty, written in numpy "
            "(one hidden layer of 64 ReLU units), instead of Safety Gym / MetaDrive with PPO-Lagrangian, CPO or CSC. "
            "The S2C buffer holds the last 4 000 labelled states (not 20 000) so that it tracks the current policy "
-           "in a run this short.",
+           "in a run this short. The default map was chosen by a geometric rule fixed before any agent ran on it "
+           "(fewer than half of the land cells next to a hazard), not by the badges.",
 )
 cfg = state.bind_config(eng.Config, SLUG)
 state.share_link(cfg)
@@ -28,22 +31,50 @@ layout.device_indicator()
 res = run_or_stop("engine.safety_representations", cfg, label="Training agents")
 cl = eng.claims(res)
 layout.claims_panel(cl)
-if not cl[0].passed:
+failed = [c.label for c in cl[:3] if not c.passed]
+if failed:
+    m = res.metrics
     per_seed = ", ".join(f"{s:.0f} vs {b:.0f}" for s, b in zip(res.final_cost["srpl"], res.final_cost["baseline"]))
+    succ_seed = ", ".join(f"{s:.2f} vs {b:.2f}" for s, b in zip(res.eval_success["srpl"], res.eval_success["baseline"]))
+    if "oracle" in res.variants:
+        oracle = (f"In this run the agent given the true distance to the hazards enters them {m['cost_oracle']:.0f} "
+                  f"times (plain: {m['cost_baseline']:.0f}) with greedy success {m['success_oracle']:.2f} (plain: "
+                  f"{m['success_baseline']:.2f}). ")
+    else:
+        oracle = "Tick the oracle variant to see what the true distance to the hazards does on this map. "
+    adjacent = m["land_cells_next_to_water"] / m["land_cells"]
+    if adjacent >= 0.5:
+        geometry = (f"On this map {m['land_cells_next_to_water']:.0f} of the {m['land_cells']:.0f} land cells border a "
+                    "hazard, so knowing how far the hazard is says little (the oracle input is almost constant); the "
+                    "field map was added for that reason. ")
+    else:
+        geometry = (f"On this map only {m['land_cells_next_to_water']:.0f} of the {m['land_cells']:.0f} land cells "
+                    f"border a hazard and the distance to one ranges up to {m['max_hazard_distance']:.0f}, so a safety "
+                    "input can carry information, and in our lab runs (5 seeds, default settings; engine docstring) "
+                    "the oracle did help: "
+                    "132 violations and greedy success 0.75, against 182 and 0.40 for the plain agent. The learned "
+                    "model does not deliver that information: it sees the same two coordinates as the value network, "
+                    "most of its labels say \"no cost within the horizon\", and it returns a blurred bump over the "
+                    f"hazards -- its largest predicted chance of a cost within about 2 steps is {m['risk_pred_max']:.2f}, "
+                    f"where the exact value reaches {m['risk_exact_max']:.2f} (heat maps below); a state-blind predictor "
+                    f"(the buffer's label histogram) scores TV {m['tv_marginal']:.3f} against the model's {m['tv']:.3f}. "
+                    "With that input the SRPL agents tend to avoid the whole middle and park near the start. ")
     st.info(
-        "Fewer violations with SRPL is **not reproduced** at this scale. Both agents use the same environment "
-        f"random numbers and the same number of steps for each seed; water entries, SRPL vs plain, per seed: "
-        f"{per_seed}. Greedy success after training: SRPL {res.eval_success['srpl'].mean():.2f}, plain "
-        f"{res.eval_success['baseline'].mean():.2f}. Whether an agent learns to reach the goal at all varies a lot "
-        "between seeds, and that swamps any effect of the extra input: an agent that learns to cross the narrow, "
-        "slippery bridge keeps entering the water now and then, while one that never finds the goal and dawdles "
-        "near the start collects fewer violations. The steps-to-cost model itself is learned well (last badge)."
+        f"**Not reproduced** at this scale: {'; '.join(failed)}. "
+        "Every variant of a seed uses the same environment random numbers and starts from the same network "
+        f"(the extra inputs get their own weights). Violations, SRPL vs plain, per seed: {per_seed}; greedy "
+        f"success per seed: {succ_seed}. {m['explore_share_baseline']:.0%} of the plain agent's violations "
+        f"(SRPL: {m['explore_share_srpl']:.0%}) happen in the first 40 % of training, while ε is still annealing "
+        "and actions are largely random. " + geometry + oracle +
+        "In our lab runs, even feeding the *exact* steps-to-cost distribution of the current policy (recomputed "
+        "every rollout) did not lower the violations on the island map (20 seeds) and lowered them only a little "
+        "on the field map (5 seeds), less than the plain distance to the hazards (numbers in the engine's docstring)."
     )
 
 names = {v: eng.LABELS[v] for v in res.variants}
 mean = {names[v]: res.cum_cost[v].mean(0) for v in res.variants}
 bands = {names[v]: (res.cum_cost[v].min(0), res.cum_cost[v].max(0)) for v in res.variants}
-charts.show(charts.lines(res.steps, mean, bands=bands, title="Cumulative constraint violations (water entries)",
+charts.show(charts.lines(res.steps, mean, bands=bands, title="Cumulative constraint violations (hazard entries)",
                          xlabel="environment steps", ylabel="violations (seed mean, band = range)"), key="cost")
 succ = {names[v]: np.nanmean(res.succ_rate[v], 0) for v in res.variants}
 charts.show(charts.lines(res.succ_x, succ, title="Share of episodes that reach the goal, per 1 000 steps",
@@ -52,7 +83,8 @@ charts.show(charts.lines(res.succ_x, succ, title="Share of episodes that reach t
 df = pd.DataFrame({"step": res.steps, **{f"cum_cost_{v}": res.cum_cost[v].mean(0) for v in res.variants}})
 download.download_csv(df, "cumulative_cost.csv", key="dl_cost")
 st.caption("Greedy success after training (200 episodes, seed mean): " + ", ".join(
-    f"{names[v]} {res.eval_success[v].mean():.2f}" for v in res.variants))
+    f"{names[v]} {res.eval_success[v].mean():.2f}" for v in res.variants) + ". Violations over training "
+    "(seed mean): " + ", ".join(f"{names[v]} {res.final_cost[v].mean():.0f}" for v in res.variants) + ".")
 
 st.subheader("What the safety representation sees (SRPL, seed 1)")
 near = lambda d: np.where(res.water, np.nan, d[..., : max(1, min(d.shape[-1] - 1, 2 // cfg.bin_size))].sum(-1))  # noqa: E731
@@ -104,7 +136,7 @@ as a constant (no gradient of the value loss reaches $\phi$).
 $G_t=r_t+\gamma\big[\lambda G_{t+1}+(1-\lambda)\max_a Q(s_{t+1},a)\big]$ ($\gamma=0.97$, $\lambda=0.6$),
 squared error on the taken action, ε-greedy from 1 to 0.05 over the first 40 % of training.
 
-**Exact check.** For the final ε-greedy policy $\pi$, push the state distribution forward with water and goal
-absorbing: $P(\delta=k\mid s)$ is the mass that enters water at step $k$; what stays safe for $H_s-1$ steps goes to the
+**Exact check.** For the final ε-greedy policy $\pi$, push the state distribution forward with hazard cells and the goal
+absorbing: $P(\delta=k\mid s)$ is the mass that enters a hazard at step $k$; what stays safe for $H_s-1$ steps goes to the
 last bin. The badge compares it with $P_\phi$ by the total-variation distance $\tfrac12\sum_k|P_\phi-P|$.
 """)

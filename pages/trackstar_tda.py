@@ -49,27 +49,39 @@ m = res.metrics
 
 layout.claims_panel(eng.claims(res))
 if m["tp_trackstar"] < m["tp_adam_cos"]:
+    rungs = "; ".join(f"{lbl} {m[f'tp_rung_{k}']:+.3f} ± {m[f'tp_rung_se_{k}']:.3f}" for lbl, k in
+                      (("unit norm", "grad_cos"), ("Adam correction", "adam_cos"), ("whitening", "trackstar")))
+    vs = "less" if m["tp_sources"] < m["tp_grad_dot"] else "not less"
+    lam_note = (f"λ follows the paper's rule (λ = {m['lam_used']:.4f} on this run). Our first version fixed λ at 0.9; "
+                f"because the query term is {m['trace_ratio_query_train']:.0f} times larger in trace than the training "
+                "term here, the query term then dominated most query directions, and tail-patch fell even lower "
+                "(switch the rule off to see)." if cfg.lam_auto else
+                f"λ comes from the slider ({m['lam_used']:.2f}); switch \"λ by the paper's rule\" on for the paper's "
+                "calibration.")
     st.info(f"Not reproduced at this scale: the Hessian whitening *lowers* tail-patch influence (Δ "
             f"{m['tp_adam_cos']:.3f} without it, {m['tp_trackstar']:.3f} with it) while attribution MRR goes from "
-            f"{m['mrr_adam_cos']:.2f} to {m['mrr_trackstar']:.2f}. The ladder raises Δ only at the unit-norm rung "
-            f"(grad·grad {m['tp_grad_dot']:.3f} → cosine {m['tp_grad_cos']:.3f} → + Adam {m['tp_adam_cos']:.3f} → "
-            f"TrackStar {m['tp_trackstar']:.3f}). We checked the pipeline against independent computations "
-            "(per-example gradients vs a backward loop, the AdamW step vs torch, the whitening identity, BM25 by "
-            "hand) and found no bug. Offline we saw the same drop at every λ in {0, 0.5, 0.9, 1} and d in {256, "
-            "1024}; the sliders let you check. A measured clue: the share of the patched passages that contain "
-            f"the answer token is {m['answer_share_adam_cos']:.0%} for the Adam-corrected cosine and "
-            f"{m['answer_share_trackstar']:.0%} for TrackStar. Our reading (a hypothesis, not a measurement): "
-            "whitening removes directions that many queries share, and in this small world those shared "
-            "directions (\"after 'is', say this object\") are what a single step on a passage pushes hardest.",
-            icon=":material/science:")
+            f"{m['mrr_adam_cos']:.2f} to {m['mrr_trackstar']:.2f}. Each rung as a paired difference over the same "
+            f"queries (± one standard error): {rungs}; a rung within about two standard errors of zero is noise. "
+            f"Why, as far as we measured: the model has seen each fact's passages about {m['epochs']:.0f} times, "
+            "so they are memorised and their gradients are small. One step on the passages that state the fact "
+            f"raises log p(answer) by {m['tp_sources']:.3f} ± {m['tp_sources_se']:.3f}, {vs} than a step on "
+            f"grad·grad's picks ({m['tp_grad_dot']:.3f}). The big gains come from high-loss passages that use the "
+            "answer word in another sentence; a step on them raises the answer's prior. Share of the patched "
+            f"passages that contain the answer word: Adam-corrected cosine {m['answer_share_adam_cos']:.0%}, "
+            f"TrackStar {m['answer_share_trackstar']:.0%}. Those passages have the largest gradients, so they "
+            f"dominate R_train, and R^(-1/2) turns exactly their directions down. {lam_note} We checked the "
+            "pipeline against independent computations (per-example gradients vs a backward loop, the AdamW step "
+            "vs torch, whitening vs numpy, BM25 by hand) and found no bug. The tail-patch step uses the "
+            "checkpoint's AdamW state, not plain SGD.", icon=":material/science:")
 if m["mrr_bm25"] <= m["mrr_trackstar"]:
     st.info("No misalignment at this scale: TrackStar finds the stating passages as well as BM25 does.")
 
-c1, c2, c3, c4 = st.columns(4)
+c1, c2, c3, c4, c5 = st.columns(5)
 c1.metric("LM fact recall (greedy top-1)", f"{m['fact_recall']:.2f}")
 c2.metric("Parameters", f"{int(m['n_params']):,}")
 c3.metric("Training passages", f"{int(m['n_passages']):,}")
 c4.metric("Projected dimension", f"{int(m['proj_dim_actual'])}")
+c5.metric("Hessian mix λ used", f"{m['lam_used']:.4f}", help="from the paper's rule" if cfg.lam_auto else "from the slider")
 
 switches = [n for n, on in (("Adam", cfg.use_adam), ("Hessian", cfg.use_hessian), ("unit", cfg.use_unit)) if on]
 NAMES["custom"] = "yours: " + ("+".join(switches) if switches else "raw dot")
@@ -97,9 +109,12 @@ fig = charts.bars(names, res.tp_mean, title="Mean tail-patch Δ log p per method
                   errors=res.tp_se, height=400, text_fmt=".3f")
 fig.add_hline(y=res.tp_self, line_dash="dot", annotation_text="step on the query itself")
 fig.add_hline(y=res.tp_random, line_dash="dash", line_color="gray", annotation_text="random passages")
+fig.add_hline(y=m["tp_sources"], line_dash="dashdot", line_color="green",
+              annotation_text="passages that state the fact", annotation_position="bottom right")
 charts.show(fig, key="tailpatch")
 download.download_csv(pd.DataFrame({"method": res.methods, "tail_patch_mean": res.tp_mean, "tail_patch_se": res.tp_se,
-                                    "query_self": res.tp_self, "random": res.tp_random}), "trackstar_tailpatch.csv")
+                                    "query_self": res.tp_self, "random": res.tp_random,
+                                    "true_sources": m["tp_sources"]}), "trackstar_tailpatch.csv")
 
 st.subheader("True influence: leave-some-out retraining")
 if res.loo is None:
@@ -195,8 +210,10 @@ $\hat v = v / (1-\beta_2^t)$ saved with the checkpoint. TrackStar adds whitening
 factors ($N(0, 1/k)$ entries); bias vectors get a dense Gaussian. Sizes are shared in proportion to block size.
 
 **Whitening.** $R = \lambda\,\overline{\phi_q\phi_q^\top} + (1-\lambda)\,\overline{\phi_z\phi_z^\top} + \delta I$,
-$\delta = 0.01\,\mathrm{tr}(R)/d$; the encoding is $\hat\phi = R^{-1/2}\phi / \lVert R^{-1/2}\phi\rVert$ and the
-score $\hat\phi_q\cdot\hat\phi_z$.
+$\delta = 0.01\,\mathrm{tr}(R)/d$. By default $\lambda$ follows the paper's appendix: with both spectra sorted
+in decreasing order, $\lambda\,\mathrm{eig}_k(R_q) = (1-\lambda)\,\mathrm{eig}_k(R_z)$ at $k \approx d\cdot 1000/65536$,
+so the query term dominates only the top ~1.5 % of directions (those the queries share). The encoding is
+$\hat\phi = R^{-1/2}\phi / \lVert R^{-1/2}\phi\rVert$ and the score $\hat\phi_q\cdot\hat\phi_z$.
 
 **BM25.** $\sum_{w\in q} \mathrm{idf}(w)\,\frac{f(w,z)(k_1+1)}{f(w,z) + k_1(1-b+b\,|z|/\overline{|z|})}$ with
 $k_1=1.5$, $b=0.75$, $\mathrm{idf}=\ln\frac{N-n_w+0.5}{n_w+0.5}$ (negative values floored at $0.25\times$ the mean

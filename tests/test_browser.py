@@ -13,6 +13,7 @@ installs chromium), in which case a missing browser is a failure.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import statistics
@@ -200,6 +201,48 @@ def test_shared_url_sets_widgets(server, driver):
     assert sliders.get("Eigenvectors kept per class") == "5", sliders
     assert sliders.get("Epochs") == "20", sliders
     assert "truncation=bottom" in driver.current_url and "class_idx=7" in driver.current_url
+
+
+def test_download_buttons_deliver_their_files(server, driver):
+    """Downloads are encoded on click (a deferred Streamlit download): every button of a page clicked in a
+    real browser must still deliver its file, and each file must parse (CSV table or JSON)."""
+    import pandas as pd
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    base, _ = server
+    target = Path(tempfile.mkdtemp(prefix="downloads-"))
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(target)})
+    driver.get(f"{base}/bilinear_mlp")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    css = "[data-testid='stDownloadButton'] button"
+    n = len(driver.find_elements(By.CSS_SELECTOR, css))
+    assert n > 0, "no download button on the page"
+    for i in range(n):
+        deadline = time.time() + 60
+        while True:          # a click reruns the page; find the button again once it is back
+            try:
+                button = driver.find_elements(By.CSS_SELECTOR, css)[i]
+                driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
+                button.click()
+                break
+            except (IndexError, WebDriverException):
+                assert time.time() < deadline, f"download button {i} did not come back"
+                time.sleep(0.5)
+        while time.time() < deadline:
+            done = [f for f in target.iterdir() if not f.name.endswith(".crdownload")]
+            if len(done) > i:
+                break
+            time.sleep(0.25)
+    files = sorted(f for f in target.iterdir() if not f.name.endswith(".crdownload"))
+    assert len(files) == n, f"{n} buttons clicked, files delivered: {[f.name for f in files]}"
+    assert {f.suffix for f in files} == {".csv", ".json"}, files
+    for f in files:
+        if f.suffix == ".csv":
+            table = pd.read_csv(f)
+            assert len(table) > 0 and len(table.columns) > 1, (f.name, table.head())
+        else:
+            assert json.loads(f.read_text()), f.name
 
 
 def _slider_values(d) -> dict[str, str]:

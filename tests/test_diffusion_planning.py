@@ -300,3 +300,23 @@ def test_denoiser_comparison_claim_and_pairing(default_result):
     # the recorded evaluation of the U-Net checkpoint is the same simulation (same seed and episodes)
     assert m["success_unet_mcss"] == r.unet_info["eval_success[MCSS N=12]"]
     assert m["success_unet_uncond"] == r.unet_info["eval_success[unconditional]"]
+
+
+def test_page_draws_the_trajectories_chosen_in_the_url():
+    # one trajectory figure, for the variant picked by a view radio that a shared link restores
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "pages" / "diffusion_planning.py"),
+                           default_timeout=300)
+    at.query_params["trajectories"] = "unconditional"
+    at.run()
+    assert not at.exception
+    assert at.radio(key="diffusion-planning:trajectories").value == "unconditional"
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert sum("unconditional: success" in t for t in titles) == 1
+    assert not any("MCSS N=12: success" in t for t in titles)
+    at.radio(key="diffusion-planning:trajectories").set_value("MCSS N=12").run()
+    assert at.query_params["trajectories"] in ("MCSS N=12", ["MCSS N=12"])
+    assert any("MCSS N=12: success" in t for t in (c.proto.spec for c in at.get("plotly_chart")))

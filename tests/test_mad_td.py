@@ -16,23 +16,29 @@ def default_result():
 def test_claims_at_default(default_result):
     claims = eng.claims(default_result)
     assert len(claims) == 3
-    # claim 1 (on-policy error) reproduces
+    # claim 1 (fixed-policy evaluation, on-policy error) reproduces
     assert claims[0].passed, claims[0].describe()
-    # Claims 2-3 are the issue's (#8): less overestimation at unobserved (greedy) actions and more stable greedy
-    # returns with model data. Their thresholds were fixed before measuring and they do NOT reproduce in this
-    # fixed-policy setting (measured at seeds 0-4: real-only median overestimation at greedy actions -5.8..+0.06 vs
-    # MAD-TD +0.9..+2.7, so the ratio is inf or 14; regret ratio 0.92-1.9 > 0.5), so the page shows them failing
-    # with the numbers. Only their bookkeeping is asserted here.
+    # Claims 2-3 are the issue's (#8), measured in the actor-critic loop: less overestimation at the current actor's
+    # actions and more stable returns of the current policy with model data (ratios <= 0.5, fixed before measuring).
+    # They do NOT reproduce robustly: at the default config, seeds 0-4, overestimation ratio 0.68, 1.13, 0.0, 0.0, 1.21
+    # and worst-regret ratio 0.68, 0.87, 0.0, 0.0, 1.26 (the 0.0 seeds are those where at least half the real-only
+    # actors became unstable). So they are left failing at the default seed and only their bookkeeping and the
+    # robust parts are asserted here.
     m = default_result.metrics
-    assert np.isfinite(m["real_over"]) and np.isfinite(m["mad_over"])
-    assert claims[1].passed == (m["real_over"] > 0 and m["mad_over"] / m["real_over"] <= 0.5)
-    assert np.isclose(claims[2].measured, m["mad_regret"] / m["real_regret"])
-    assert min(m["real_regret"], m["mad_regret"]) > -0.05      # π is optimal: a greedy policy can hardly beat it
+    assert m["real_over"] > 0                                  # the real-only critic does overestimate at π_K(s)
+    assert np.isclose(claims[1].measured, eng._ratio(m["mad_over"], m["real_over"]))
+    assert np.isclose(claims[2].measured, eng._ratio(m["mad_regret"], m["real_regret"]))
+    assert claims[1].passed == (claims[1].measured <= 0.5) and claims[2].passed == (claims[2].measured <= 0.5)
+    # unstable actors: real-only 7 of 20 paired runs over seeds 0-4, MAD-TD 2; MAD-TD <= real-only at each seed
+    assert m["mad_diverged"] <= m["real_diverged"]
+    for key, r in default_result.worst_regret.items():         # J* is optimal: no actor beats it
+        assert np.all(r[np.isfinite(r)] > -1e-9), key
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_on_policy_claim_holds_across_seeds(seed, default_result):
     # seed 0 is the default fixture; a claim that passes on one seed only would not count as reproduced
+    # (measured ratios at seeds 0-4: 2.97, 2.33, 6.14, 5.87, 2.68)
     c = eng.claims(eng.run(eng.Config(seed=seed)))[0]
     assert c.passed, c.describe()
 
@@ -40,12 +46,11 @@ def test_on_policy_claim_holds_across_seeds(seed, default_result):
 def test_sweep_claims():
     claims = eng.claims(eng.run(eng.Config(sweep=True)))
     assert len(claims) == 6
-    # more updates per sample hurt only without model data (measured to hold at seeds 0-4:
-    # real-only UTD8/UTD2 1.7-5.1, MAD-TD 0.33-0.61)
+    # more updates per sample hurt only without model data
     assert claims[3].passed, claims[3].describe()
     assert claims[4].passed, claims[4].describe()
-    # claims[5] (noisy model >= 1.3x the good one) measured 1.28-1.86 over seeds 0-4 (fails at seed 1): too close
-    # to its bar to be asserted; it is shown on the page as measured.
+    # claims[5] (noisy model >= 1.3x the good one) is too close to its bar to be asserted (fails on some seeds);
+    # it is shown on the page as measured.
 
 
 def test_variants_of_a_seed_share_initial_weights():
@@ -54,32 +59,95 @@ def test_variants_of_a_seed_share_initial_weights():
     assert not np.array_equal(crit.flat[1], crit.flat[2])
 
 
-def test_greedy_action_against_brute_force():
+def test_variants_are_paired():
+    cfg = eng.Config(utd=1, env_steps=100, n_seeds=2, width=16)
+    variants = [("real", 0.0, 0.0, False), ("mad", 0.25, 0.0, False), ("real ac", 0.0, 0.0, True),
+                ("mad ac", 0.25, 0.0, True)]
+    out = eng.train(cfg, 1, variants, np.random.default_rng(1), keep=True)
+    S, A = out["S"], out["A"]
+    for seed in range(2):
+        v = 4 * seed
+        assert np.array_equal(S[v], S[v + 1]) and np.array_equal(A[v], A[v + 1])      # evaluation: same data
+        # the actors start equal (K_b) and first move after the warm-up: identical data until then
+        assert np.array_equal(S[v + 2, :eng.WARMUP], S[v + 3, :eng.WARMUP])
+        assert np.array_equal(A[v + 2, :eng.WARMUP], A[v + 3, :eng.WARMUP])
+        assert np.array_equal(S[v, :eng.WARMUP], S[v + 2, :eng.WARMUP])              # same starts and noise
+        assert np.allclose(A[v + 2, :eng.WARMUP] - A[v, :eng.WARMUP], 0)             # K_b acts in both
+        assert not np.array_equal(A[v + 2], A[v + 3])                                # then the actors differ
+    assert not np.array_equal(S[0], S[4])                                            # seeds have own streams
+    K = out["gain"]
+    assert np.allclose(K[:, :2], out["K_star"])                                      # evaluated policy fixed
+    assert np.allclose(K[:, 2:, 0], eng.K_B) and not np.allclose(K[:, 2:, -1], eng.K_B)
+
+
+def test_actor_gradient_against_finite_differences():
     rng = np.random.default_rng(5)
     crit = eng.Critics(3, 16, rng)
-    s = rng.uniform(-1, 1, (3, 10, 2))
-    a = eng.greedy_actions(crit, s)
-    assert np.all(np.abs(a) <= eng.ACT_GRID[-1] + 1e-9)
-    fine = np.linspace(eng.ACT_GRID[0], eng.ACT_GRID[-1], 4001)
-    qf = crit.q(np.repeat(s, len(fine), 1), np.broadcast_to(np.tile(fine, 10), (3, 10 * len(fine))))
-    qmax, qmin = qf.reshape(3, 10, -1).max(-1), qf.reshape(3, 10, -1).min(-1)
-    qa = crit.q(s, a)
-    coarse = crit.q(np.repeat(s, len(eng.ACT_GRID), 1),
-                    np.broadcast_to(np.tile(eng.ACT_GRID, 10), (3, 10 * len(eng.ACT_GRID)))).reshape(3, 10, -1)
-    assert np.all(qa >= coarse.max(-1) - 1e-6)                        # never worse than the grid
-    assert np.all(qa >= qmax - 0.05 * (qmax - qmin) - 1e-6)           # close to the brute-force maximum
+    s = rng.uniform(-1, 1, (3, 12, 2))
+    K = rng.normal(size=(3, 2))
+    g = eng.actor_grad(crit, s, K)
+
+    def loss(Kx):
+        return -crit.q(s, -np.einsum("vni,vi->vn", s, Kx)).astype(np.float64).mean(1)
+
+    eps = 1e-3
+    fd = np.stack([(loss(K + eps * e) - loss(K - eps * e)) / (2 * eps) for e in np.eye(2)], -1)
+    # float32 critic and ReLU kinks: compare directions and magnitudes loosely
+    cos = np.einsum("vi,vi->v", g, fd) / (np.linalg.norm(g, axis=1) * np.linalg.norm(fd, axis=1))
+    assert np.all(cos > 0.99) and np.allclose(g, fd, atol=5e-3)
+    # the closed-form version: finite differences of the true Q^K with P held fixed, and zero at the optimum
+    gamma = 0.9
+    P, ok = eng.policy_value_matrices(K, gamma)
+    Kst, _ = eng.lqr_gain(gamma)
+    Kp = np.tile(Kst, (3, 1))
+    Pp, _ = eng.policy_value_matrices(Kp, gamma)
+    for Kx, Px in ((K[ok], P[ok]), (Kp, Pp)):
+        sx = s[: len(Kx)]
+        gt = eng.true_actor_grad(sx, Kx, Px, gamma)
+
+        def tloss(Ky, sx=sx, Px=Px):
+            return -eng.q_from_P(sx, -np.einsum("vni,vi->vn", sx, Ky), Px, gamma).mean(1)
+
+        fdt = np.stack([(tloss(Kx + eps * e) - tloss(Kx - eps * e)) / (2 * eps) for e in np.eye(2)], -1)
+        assert np.allclose(gt, fdt, atol=1e-6)
+    assert np.allclose(eng.true_actor_grad(s, Kp, Pp, gamma), 0, atol=1e-9)
 
 
-def test_rollout_return_of_linear_policy_against_lyapunov():
-    gamma, H = 0.9, 25
-    K, _ = eng.lqr_gain(gamma)
-    starts = np.random.default_rng(6).uniform(-1, 1, (7, 2))
-    j = eng.rollout_return(lambda x: -x @ K, starts, np.zeros((H, 7, 2)), gamma)
-    Acl = eng.A_DYN - eng.B_DYN @ K[None]
-    P = scipy.linalg.solve_discrete_lyapunov(np.sqrt(gamma) * Acl.T, eng.Q_C + eng.R_C * np.outer(K, K))
-    AH = np.linalg.matrix_power(Acl, H)
-    PH = P - gamma**H * AH.T @ P @ AH            # noise-free return truncated after H steps
-    assert np.isclose(j, -np.einsum("mi,ij,mj->m", starts, PH, starts).mean(), rtol=1e-8)
+def test_batched_policy_values_against_scipy():
+    gamma = 0.9
+    Ks = np.array([eng.K_B, [1.0, 0.5], [0.2, 2.0], [-5.0, -5.0]])
+    P, ok = eng.policy_value_matrices(Ks, gamma)
+    assert ok.tolist() == [True, True, True, False]
+    assert np.all(np.isneginf(eng.policy_return(Ks, gamma)[~ok]))
+    for K, Pk in zip(Ks[ok], P[ok]):
+        Acl = eng.A_DYN - eng.B_DYN @ K[None]
+        assert np.max(np.abs(np.linalg.eigvals(np.sqrt(gamma) * Acl))) < 1
+        Pl = scipy.linalg.solve_discrete_lyapunov(np.sqrt(gamma) * Acl.T, eng.Q_C + eng.R_C * np.outer(K, K))
+        assert np.allclose(Pk, Pl, atol=1e-9)
+
+
+def test_linear_policy_q_and_return_against_monte_carlo():
+    """Q^K of a non-optimal linear policy (the starting actor K_b) and its expected return J(K) from uniform starts."""
+    gamma, K, n, H = 0.9, eng.K_B, 20000, 150
+    P, _ = eng.policy_value_matrices(K, gamma)
+    rng = np.random.default_rng(8)
+    s0, a0 = np.array([0.6, -0.8]), 0.4
+    s = np.broadcast_to(s0, (n, 2)).copy()
+    a = np.full(n, a0)
+    ret = np.zeros(n)
+    for t in range(H):
+        ret += gamma**t * eng.reward(s, a)
+        s = s @ eng.A_DYN.T + a[:, None] * eng.B_DYN[:, 0] + rng.normal(0, eng.W_STD, (n, 2))
+        a = -s @ K
+    q = eng.q_from_P(s0[None], np.array([a0]), P, gamma)[0]
+    assert abs(ret.mean() - q) < 4 * ret.std() / np.sqrt(n) + 1e-3
+    s = rng.uniform(-1, 1, (n, 2))
+    ret = np.zeros(n)
+    for t in range(H):
+        a = -s @ K
+        ret += gamma**t * eng.reward(s, a)
+        s = s @ eng.A_DYN.T + a[:, None] * eng.B_DYN[:, 0] + rng.normal(0, eng.W_STD, (n, 2))
+    assert abs(ret.mean() - eng.policy_return(K, gamma)) < 4 * ret.std() / np.sqrt(n) + 1e-3
 
 
 def test_gain_and_policy_value_against_scipy():
@@ -144,6 +212,11 @@ def test_batch_composition():
         assert np.allclose(r2[v, :k], eng.reward(s[v, :k], a2[v, :k]))
         assert np.allclose(s22[v, :k], s[v, :k] @ eng.A_DYN.T + a2[v, :k, None] * eng.B_DYN[:, 0])
     assert int(round(0.05 * eng.BATCH)) == 3
+    # actor-critic: each critic's model rows use its own current actor
+    Kv = rng.normal(size=(V, 2))
+    a3, _, _ = eng.make_batch(s, a, r, s2, n_model, Kv, (W, wr), np.zeros(V), rng)
+    for v, k in enumerate(n_model):
+        assert np.allclose(a3[v, :k], -s[v, :k] @ Kv[v])
 
 
 def test_critic_gradients_match_autograd_and_target_is_polyak():

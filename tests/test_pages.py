@@ -9,9 +9,12 @@ to the defaults with a visible notice. New pages get all of this by registering.
 from __future__ import annotations
 
 import importlib
+import io
+import json
 import os
 import random
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -102,12 +105,31 @@ def test_app_start_does_not_import_torch():
 
 
 @pytest.mark.parametrize("paper", BUILT, ids=IDS)
-def test_page_default_view(paper):
+def test_page_default_view(paper, monkeypatch):
+    import streamlit
+
+    offered = []          # (file name, data) of every download button the page offers
+    real = streamlit.download_button
+
+    def recording(label, data, *args, **kwargs):
+        offered.append((kwargs.get("file_name"), data))
+        return real(label, data, *args, **kwargs)
+
+    monkeypatch.setattr(streamlit, "download_button", recording)
     at = _open(paper)
     _no_exception(at)
     assert not at.error, [e.value for e in at.error]
     assert any("Claims" in s.value for s in at.subheader), "claims panel missing"
     assert len(at.get("plotly_chart")) + len(at.get("vega_lite_chart")) + len(at.get("arrow_vega_lite_chart")) > 0
+    # the downloads are encoded on click (deferred): encode each one here and check that it parses
+    assert len(at.get("download_button")) == len(offered)
+    for name, data in offered:
+        payload = data() if callable(data) else data
+        assert isinstance(payload, bytes) and payload, name
+        if name.endswith(".csv"):
+            assert len(pd.read_csv(io.BytesIO(payload))) > 0, name
+        elif name.endswith(".json"):
+            assert json.loads(payload) not in (None, {}, []), name
 
 
 @pytest.mark.parametrize("paper", BUILT, ids=IDS)

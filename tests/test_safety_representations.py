@@ -47,8 +47,63 @@ def test_oracle_distance_is_bfs():
         assert np.array_equal(eng.water_distance(water), ref)
 
 
+def _brute_distance(water):
+    """Distance to the nearest hazard by brute force: on an open 4-neighbour grid it is the Manhattan distance."""
+    R, C = water.shape
+    haz = np.argwhere(water)
+    return np.array([[np.abs(haz - (i, j)).sum(1).min() for j in range(C)] for i in range(R)])
+
+
+def test_map_geometry_by_brute_force():
+    for name in eng.MAPS:
+        water, _, _ = eng.parse_map(name)
+        assert np.array_equal(eng.water_distance(water), _brute_distance(water))
+    # field: a walled room (no hazard on the border), distances 1..6 on land, 22 of 96 land cells next to a hazard
+    water, start, goal = eng.parse_map("field")
+    d = _brute_distance(water)
+    assert not (water[0].any() or water[-1].any() or water[:, 0].any() or water[:, -1].any())
+    assert set(d[~water]) == {1, 2, 3, 4, 5, 6}
+    assert (~water).sum() == 96 and (d[~water] == 1).sum() == 22
+    # a short route along the hazards and a longer one that keeps two cells away from them
+    land = nx.grid_2d_graph(*water.shape)
+    land.remove_nodes_from([tuple(c) for c in np.argwhere(water)])
+    safe = land.subgraph([n for n in land if d[n] >= 2])
+    short = nx.shortest_path_length(land, start, goal)
+    detour = nx.shortest_path_length(safe, start, goal)
+    assert short == 11 and detour > short
+    assert all(d[c] == 1 for c in nx.shortest_path(land, start, goal)[3:-3])   # the corridor borders both strips
+
+
+def test_default_map_rule_by_hand():
+    # The default map is picked by geometry alone: < half of the land cells next to a hazard and >= 3 distances.
+    share = {}
+    for name in eng.MAPS:
+        water, _, _ = eng.parse_map(name)
+        d = _brute_distance(water)[~water]
+        share[name] = (d == 1).mean()
+        assert np.isclose(eng.hazard_adjacent_share(name), share[name])
+    assert share["island"] >= 0.5 and share["two rooms"] >= 0.5 and share["field"] < 0.5
+    assert eng.DEFAULT_MAP == eng.pick_default_map() == eng.Config().grid == "field"
+
+
+def test_walls_block_moves():
+    # The field's edge is a wall: a move off the grid leaves the agent where it is (independent reference).
+    water, _, _ = eng.parse_map("field")
+    R, C = water.shape
+    nxt = eng.next_cell(water)
+    for i in range(R):
+        for j in range(C):
+            ref = [(max(i - 1, 0), j), (min(i + 1, R - 1), j), (i, max(j - 1, 0)), (i, min(j + 1, C - 1))]
+            assert [divmod(int(c), C) for c in nxt[i * C + j]] == ref
+
+
 def test_exact_steps_to_cost_matches_monte_carlo():
-    water, start, goal = eng.parse_map("island")
+    for name, probe in (("island", (4, 6)), ("field", (4, 5))):
+        _monte_carlo_check(name, probe)
+
+
+def _monte_carlo_check(name, probe):
+    water, start, goal = eng.parse_map(name)
     R, C = water.shape
     N, gi = R * C, goal[0] * C + goal[1]
     rng = np.random.default_rng(1)
@@ -59,7 +114,7 @@ def test_exact_steps_to_cost_matches_monte_carlo():
     exact = eng.exact_steps_to_cost(pol, water, gi, slip, H)
     nxt, wat = eng.next_cell(water), water.ravel()
     M = 100_000
-    for s0 in (start[0] * C + start[1], 4 * C + 6):
+    for s0 in (start[0] * C + start[1], probe[0] * C + probe[1]):
         p = np.full(M, s0)
         delta = np.full(M, H)
         alive = np.ones(M, dtype=bool)
@@ -100,6 +155,37 @@ def test_mlp_gradient_matches_finite_differences():
     assert np.allclose(analytic, numeric, atol=1e-5)
 
 
+def _kinked_share(net, X):
+    """Share of hidden units whose pre-activation changes sign over the inputs X."""
+    on = X @ net.p[0] + net.p[1] > 0
+    return float(1.0 - on.all(0).mean() - (~on).all(0).mean())
+
+
+def test_augmented_q_network_starts_as_the_plain_one():
+    # Regression: the augmented Q network used to draw all first-layer weights with fan-in 2 + K and put
+    # its ReLU kinks at random points of the (2 + K)-cube. The appended probability vector lives on the
+    # simplex, so most kinks missed the data (and the coordinate pathway differed from the baseline's).
+    water, _, _ = eng.parse_map("island")
+    R, C = water.shape
+    rr, cc = np.divmod(np.arange(R * C), C)
+    land = ~water.ravel()
+    x = np.stack([rr / (R - 1), cc / (C - 1)], 1)[land]
+    K = 10
+    onehot = np.eye(K)[eng.to_bins(np.maximum(eng.water_distance(water).ravel(), 1), K, 1)][land]
+    uniform = np.full((len(x), K), 1.0 / K)
+    new, old, plain = [], [], []
+    for seed in range(20):
+        base = eng.MLP(2, 4, np.random.default_rng(seed))
+        aug = eng.MLP(2 + K, 4, np.random.default_rng(seed), n_prob=K, prob_rng=np.random.default_rng(100 + seed))
+        # fed an uninformative (uniform) vector, the augmented network is the plain one
+        assert np.allclose(aug(np.c_[x, uniform]), base(x))
+        plain.append(_kinked_share(base, x))
+        new.append(_kinked_share(aug, np.c_[x, onehot]))
+        old.append(_kinked_share(eng.MLP(2 + K, 4, np.random.default_rng(seed)), np.c_[x, onehot]))  # old init
+    assert np.mean(plain) > 0.85 and np.mean(new) > 0.8
+    assert np.mean(old) < 0.6                      # the old init: under half of the units see a kink
+
+
 def test_value_update_does_not_touch_s2c():
     rng = np.random.default_rng(0)
     s2c, q = eng.MLP(2, 5, rng), eng.MLP(7, 4, rng)
@@ -113,9 +199,15 @@ def test_value_update_does_not_touch_s2c():
 
 def test_claims_at_default(res):
     cl = eng.claims(res)
-    # Calibrated over five seeds: SRPL did not lower the violations here (see the page), so only the
-    # representation claim is asserted; the other badges are measured and shown as they come out.
+    # Not reproduced at this scale (see the page and the engine docstring), so not asserted. At the default
+    # config (field map, 3 seeds) the measured values are cl[0] cost(SRPL)/cost(baseline) = 0.91 (needs <= 0.8),
+    # cl[1] success(SRPL) - success(baseline) = -0.33 (needs >= -0.05), cl[2] greedy success of SRPL = 0.00
+    # (needs >= 0.5). Over 5 seeds: baseline 182 violations / 0.40 success, SRPL 219 / 0.00.
     assert cl[3].passed, cl[3].describe()
+    # Claim 3 does not test state dependence: on the visited cells a state-blind predictor (the label
+    # histogram of the buffer) also stays under 0.25; it is reported in the badge detail.
+    assert np.isfinite(res.metrics["tv_marginal"])
+    assert 0.0 < res.metrics["explore_share_baseline"] <= 1.0
     land = ~res.water
     exact = res.exact_dist[land]
     uniform_tv = 0.5 * np.abs(exact - 1.0 / exact.shape[-1]).sum(-1).mean()
@@ -123,6 +215,18 @@ def test_claims_at_default(res):
     assert np.allclose(res.pred_dist.sum(-1), 1) and np.allclose(res.exact_dist.sum(-1), 1)
     assert all(np.all(np.diff(res.cum_cost[v], axis=1) >= 0) for v in res.variants)
     assert len(pickle.dumps(res)) < 2_000_000
+
+
+def test_oracle_helps_on_default_map(res):
+    # The mechanism can work on the default map: the true distance to the hazards lowers the violations and
+    # raises the greedy success against the plain agent (default seeds; 5 seeds: 132 / 0.75 vs 182 / 0.40).
+    # The learned representation does not reach that (claims above), partly because it is blurred: its
+    # largest predicted P(cost within ~2 steps) stays far below the exact one.
+    r = eng.run(eng.Config(oracle=True))
+    m = r.metrics
+    assert np.allclose(r.final_cost["baseline"], res.final_cost["baseline"])   # variants are paired
+    assert m["cost_oracle"] < m["cost_baseline"] and m["success_oracle"] > m["success_baseline"]
+    assert m["risk_pred_max"] < 0.5 < m["risk_exact_max"]
 
 
 def test_bad_settings():
