@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -223,24 +224,28 @@ def test_download_buttons_deliver_their_files(server, driver):
     css = "[data-testid='stDownloadButton'] button"
     n = len(driver.find_elements(By.CSS_SELECTOR, css))
     assert n > 0, "no download button on the page"
+
+    def delivered() -> set[str]:
+        """Distinct files delivered so far (a repeated click's copy, "name (1).csv", counts once)."""
+        return {re.sub(r" \(\d+\)(?=\.\w+$)", "", f.name) for f in target.iterdir()
+                if not f.name.endswith(".crdownload")}
+
     for i in range(n):
-        deadline = time.time() + 60
-        while True:          # a click reruns the page; find the button again once it is back
+        deadline = time.time() + 90
+        while len(delivered()) <= i:       # click (again, if a click was lost) until this button's file is there
+            assert time.time() < deadline, f"download button {i} delivered nothing: {sorted(delivered())}"
             try:
                 button = driver.find_elements(By.CSS_SELECTOR, css)[i]
                 driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
                 button.click()
-                break
             except (IndexError, WebDriverException):
-                assert time.time() < deadline, f"download button {i} did not come back"
                 time.sleep(0.5)
-        while time.time() < deadline:
-            done = [f for f in target.iterdir() if not f.name.endswith(".crdownload")]
-            if len(done) > i:
-                break
-            time.sleep(0.25)
-    files = sorted(f for f in target.iterdir() if not f.name.endswith(".crdownload"))
-    assert len(files) == n, f"{n} buttons clicked, files delivered: {[f.name for f in files]}"
+                continue
+            t_click = time.time()
+            while time.time() - t_click < 10 and len(delivered()) <= i:
+                time.sleep(0.25)
+    assert len(delivered()) == n, f"{n} buttons clicked, files delivered: {sorted(delivered())}"
+    files = [target / name for name in sorted(delivered())]
     assert {f.suffix for f in files} == {".csv", ".json"}, files
     for f in files:
         if f.suffix == ".csv":
