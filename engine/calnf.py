@@ -7,6 +7,10 @@ whole failure set. Sharing one smooth network ties the failure model to the nomi
 fits. Baselines trained with the same flow and steps: a plain conditional flow (nominal at c = 0,
 failure at c = 1), a flow on the failure points alone, and a flow on all points pooled; with
 "compare all" also beta-NF (plain + beta * KL(q(.;1) || q(.;0))) over three seeds.
+
+All flows of a run (four, or fifteen with "compare all") train together in one batched pass
+(``train_stacked``: stacked parameters, each flow with its own data, seed, batches, loss and clipping), the
+same computation as ``train`` one flow at a time up to float rounding; the tests compare the two.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.core import Bool, Choice, Claim, Float, Int, get_device, param, seed_everything
-from engine.core.progress import ProgressSpan, report
+from engine.core.progress import report
 
 N_NOMINAL = 1000
 N_HELDOUT = 2000
@@ -243,19 +247,23 @@ def train(method: str, nominal, failure, K: int, steps: int, seed: int, device, 
                                          "train": np.array(train_rec)}
 
 
-def _stack_flows(flow, E: int):
-    """The parameters of E copies of ``flow`` as one leaf tensor ``theta`` of shape (E, n_params), so that E
-    flows train in one batched pass with one optimiser call and one clipping pass. Returns (theta, views):
-    ``views(theta)`` gives per layer [W1, b1, W2, b2, W3, b3] with W of shape (E, in, out) and b of shape
-    (E, 1, out), each a view into theta."""
+def _stack_flows(flows, E: int | None = None):
+    """The parameters of several flows as one leaf tensor ``theta`` of shape (E, n_params), so that E flows
+    train in one batched pass with one optimiser call and one clipping pass. ``flows``: a list of flows, or one
+    flow copied E times. Returns (theta, views): ``views(theta)`` gives per layer [W1, b1, W2, b2, W3, b3] with
+    W of shape (E, in, out) and b of shape (E, 1, out), each a view into theta."""
     import torch
 
-    shapes, flat = [], []
-    for layer in flow.layers:
-        for m in (m for m in layer.net if isinstance(m, torch.nn.Linear)):
-            shapes += [tuple(m.weight.T.shape), (1, m.bias.shape[0])]
-            flat += [m.weight.detach().T.reshape(-1), m.bias.detach().reshape(-1)]
-    theta = torch.cat(flat)[None].repeat(E, 1).requires_grad_(True)
+    flows = [flows] * E if E is not None else list(flows)
+    shapes, rows = [], []
+    for flow in flows:
+        flat, shapes = [], []
+        for layer in flow.layers:
+            for m in (m for m in layer.net if isinstance(m, torch.nn.Linear)):
+                shapes += [tuple(m.weight.T.shape), (1, m.bias.shape[0])]
+                flat += [m.weight.detach().T.reshape(-1), m.bias.detach().reshape(-1)]
+        rows.append(torch.cat(flat))
+    theta = torch.stack(rows).requires_grad_(True)
     sizes = [a * b for a, b in shapes]
 
     def views(t):
@@ -265,22 +273,49 @@ def _stack_flows(flow, E: int):
     return theta, views
 
 
+def _stacked_st(group, other, c):
+    """Scale and shift of one coupling layer for E stacked flows (same as Coupling._st)."""
+    import torch
+
+    W1, b1, W2, b2, W3, b3 = group
+    h = torch.tanh(torch.baddbmm(b1, torch.cat([other, c], -1), W1))
+    h = torch.tanh(torch.baddbmm(b2, h, W2))
+    out = torch.baddbmm(b3, h, W3)
+    return 2.0 * torch.tanh(out[..., :1]), out[..., 1:]
+
+
 def _stacked_log_prob(P, x, c):
     """log q(x; c) of E stacked flows: x (E, B, 2), c (E, B, K) -> (E, B). Same maps as Flow.log_prob."""
     import torch
 
     logdet = torch.zeros(x.shape[:2], dtype=x.dtype, device=x.device)
-    for i, (W1, b1, W2, b2, W3, b3) in enumerate(P):
+    for i, group in enumerate(P):
         d = i % 2
         xd, xo = x[..., d:d + 1], x[..., 1 - d:2 - d]
-        h = torch.tanh(torch.baddbmm(b1, torch.cat([xo, c], -1), W1))
-        h = torch.tanh(torch.baddbmm(b2, h, W2))
-        out = torch.baddbmm(b3, h, W3)
-        sc, t = 2.0 * torch.tanh(out[..., :1]), out[..., 1:]
+        sc, t = _stacked_st(group, xo, c)
         yd = xd * torch.exp(sc) + t
         x = torch.cat([yd, xo], -1) if d == 0 else torch.cat([xo, yd], -1)
         logdet = logdet + sc[..., 0]
     return -0.5 * (x ** 2).sum(-1) - math.log(2 * math.pi) + logdet
+
+
+def _stacked_inverse(P, z, c):
+    """Base -> data map of E stacked flows: z (E, B, 2), c (E, B, K) -> (x, log q(x; c)). Same maps as
+    Flow.sample; log q(x; c) = log N(z) + sum of the layers' log-scales, which the inverse pass meets on the
+    way (each layer's conditioner sees the untouched coordinate, equal in both directions), so that no
+    forward pass is needed for it."""
+    import torch
+
+    logdet = torch.zeros(z.shape[:2], dtype=z.dtype, device=z.device)
+    lp_base = -0.5 * (z ** 2).sum(-1) - math.log(2 * math.pi)
+    for i in reversed(range(len(P))):
+        d = i % 2
+        yd, yo = z[..., d:d + 1], z[..., 1 - d:2 - d]
+        sc, t = _stacked_st(P[i], yo, c)
+        xd = (yd - t) * torch.exp(-sc)
+        z = torch.cat([xd, yo], -1) if d == 0 else torch.cat([yo, xd], -1)
+        logdet = logdet + sc[..., 0]
+    return z, lp_base + logdet
 
 
 def _unstack_flow(P, e: int, K: int):
@@ -296,113 +331,184 @@ def _unstack_flow(P, e: int, K: int):
     return flow
 
 
-def train_many(methods, nominal, failure, K: int, steps: int, seed: int, device, cal_lr: float = 0.01,
-               held_failure=None, progress=None, subsets=None, track_every: int = 25) -> dict:
-    """Train one flow per method (calnf | plain | failure_only | pooled) in a single batched pass.
+@dataclass(frozen=True)
+class Job:
+    """One flow for :func:`train_stacked`: its method, its own data and its seed (as for :func:`train`)."""
+    method: str
+    nominal: np.ndarray
+    failure: np.ndarray
+    subsets: list | None
+    seed: int
 
-    Every method keeps its own loss, its own batch stream and its own gradient clipping, and Adam works
-    element-wise, so this is the same computation as calling :func:`train` once per method (up to float
-    rounding), in about a quarter of the time. Returns {method: (flow, failure label, curves)}.
+
+KL_SAMPLES = 128  # Monte-Carlo samples of β-NF's KL term per step
+
+
+def _rows(sel):
+    """A slice for contiguous ascending indices (a view), else an index tensor (a copy)."""
+    import torch
+
+    if sel and sel == list(range(sel[0], sel[-1] + 1)):
+        return slice(sel[0], sel[-1] + 1)
+    return torch.as_tensor(sel, dtype=torch.long)
+
+
+def train_stacked(jobs: list[Job], K: int, steps: int, device, cal_lr: float = 0.01, beta: float = 0.1,
+                  held_failure=None, progress=None, track_every: int = 25, message: str | None = None,
+                  track: int | None = None) -> list:
+    """Train one flow per job (calnf | plain | betanf | failure_only | pooled) in a single batched pass.
+
+    Every job keeps its own data, initialisation (torch seed), loss, batch stream (its own generator, drawn in
+    the same order as in :func:`train`), calibrated label and gradient clipping, and Adam works element-wise,
+    so this is the same computation as calling :func:`train` once per job (up to float rounding), in a
+    fraction of the time. All jobs must have the same number of failure points. With ``held_failure``, the
+    first ``track`` jobs (default: all) record held-out and training failure LL every ``track_every`` steps.
+    Returns, per job, (flow, failure label, curves); untracked jobs get empty curves.
     """
     import torch
 
     from engine.core.nn import train_loop
 
-    E = len(methods)
-    torch.manual_seed(seed)
-    theta, views = _stack_flows(_build_flow(K), E)
-    nom = torch.as_tensor(nominal, dtype=torch.float32, device=device)
-    fail = torch.as_tensor(failure, dtype=torch.float32, device=device)
-    held = torch.as_tensor(held_failure, dtype=torch.float32, device=device) if held_failure is not None else None
+    E = len(jobs)
+    nf = len(jobs[0].failure)
+    if any(len(j.failure) != nf for j in jobs):
+        raise ValueError("train_stacked needs the same number of failure points in every job")
+    bad = [j.method for j in jobs if j.method not in ("calnf", "plain", "betanf", "failure_only", "pooled")]
+    if bad:
+        raise ValueError(f"unknown method {bad[0]!r}")
+    init = {}
+    for j in jobs:  # same initial weights as train(): the flow built right after torch.manual_seed(seed)
+        if j.seed not in init:
+            torch.manual_seed(j.seed)
+            init[j.seed] = _build_flow(K)
+    theta, views = _stack_flows([init[j.seed] for j in jobs])
     if str(device) != "cpu":
         theta = theta.detach().to(device).requires_grad_(True)
+    tensors = {}
+
+    def as_t(a):
+        if id(a) not in tensors:
+            tensors[id(a)] = torch.as_tensor(a, dtype=torch.float32, device=device)
+        return tensors[id(a)]
+
+    noms, fails = [as_t(j.nominal) for j in jobs], [as_t(j.failure) for j in jobs]
+    held = torch.as_tensor(held_failure, dtype=torch.float32, device=device) if held_failure is not None else None
     zeros = torch.zeros(1, K, device=device)
     ones = torch.ones(1, K, device=device)
-    nf = len(fail)
-    gens = [torch.Generator().manual_seed(seed + 1) for _ in methods]
-    c_star = torch.full((1, K), 1.0 / K, device=device, requires_grad=True)
+    gens = [torch.Generator().manual_seed(j.seed + 1) for j in jobs]
+    cal = [i for i, j in enumerate(jobs) if j.method == "calnf"]
+    bet = [i for i, j in enumerate(jobs) if j.method == "betanf"]
+    cal_rows, bet_rows = _rows(cal), _rows(bet)
+    c_star = torch.full((len(cal), K), 1.0 / K, device=device, requires_grad=True)  # one row per calnf job
     cal_opt = torch.optim.Adam([c_star], lr=max(cal_lr, 1e-12))
-    e_cal = methods.index("calnf") if "calnf" in methods else None
-    if e_cal is not None:
-        sub_x = torch.cat([fail[torch.as_tensor(sb)] for sb in subsets])
-        sub_c = torch.cat([torch.eye(K, device=device)[j].expand(len(sb), K) for j, sb in enumerate(subsets)])
-        sub_w = torch.cat([torch.full((len(sb),), 1.0 / (K * len(sb)), device=device) for sb in subsets])
-    pooled = torch.cat([nom, fail])
+    k_of = {i: k for k, i in enumerate(cal)}
+    subs, pooled = {}, {}
+    for i, j in enumerate(jobs):
+        if j.method == "calnf":
+            subs[i] = (torch.cat([fails[i][torch.as_tensor(sb)] for sb in j.subsets]),
+                       torch.cat([torch.eye(K, device=device)[q].expand(len(sb), K) for q, sb in enumerate(j.subsets)]),
+                       torch.cat([torch.full((len(sb),), 1.0 / (K * len(sb)), device=device) for sb in j.subsets]))
+        elif j.method == "pooled":
+            pooled[i] = torch.cat([noms[i], fails[i]])
+    fail_cal = torch.stack([fails[i] for i in cal]) if cal else None
 
     def calibrate():
-        if cal_lr <= 0:
+        if cal_lr <= 0 or not cal:
             return
-        # the flow is held fixed here: detached weights keep their views out of the autograd graph
-        P_cal = views(theta.detach()[e_cal:e_cal + 1])
-        lp = _stacked_log_prob(P_cal, fail[None], c_star.expand(nf, K)[None]).mean()
+        # the flows are held fixed here: detached weights keep their views out of the autograd graph
+        P_cal = views(theta.detach()[cal_rows])
+        lp = _stacked_log_prob(P_cal, fail_cal, c_star[:, None, :].expand(-1, nf, -1)).mean(1).sum()
         (g,) = torch.autograd.grad(-lp, [c_star])
         cal_opt.zero_grad()
         c_star.grad = g
         cal_opt.step()
 
-    def label(m):
-        return c_star.detach() if m == "calnf" else (zeros if m in ("failure_only", "pooled") else ones)
-
-    def batch(i, m):
-        if m == "failure_only":
-            return fail, zeros.expand(nf, K), torch.full((nf,), 1.0 / nf, device=device)
-        idx = torch.randint(0, len(pooled) if m == "pooled" else len(nom), (NOMINAL_BATCH,), generator=gens[i])
-        idx = idx.to(device)
-        w_nom = torch.full((NOMINAL_BATCH,), 1.0 / NOMINAL_BATCH, device=device)
-        if m == "pooled":
-            return pooled[idx], zeros.expand(NOMINAL_BATCH, K), w_nom
-        w_fail = torch.full((nf,), 1.0 / nf, device=device)
+    def label(i):
+        m = jobs[i].method
         if m == "calnf":
-            return (torch.cat([nom[idx], sub_x, fail]),
-                    torch.cat([zeros.expand(NOMINAL_BATCH, K), sub_c, c_star.detach().expand(nf, K)]),
-                    torch.cat([w_nom, sub_w, w_fail]))
-        if m == "plain":
-            return (torch.cat([nom[idx], fail]), torch.cat([zeros.expand(NOMINAL_BATCH, K), ones.expand(nf, K)]),
-                    torch.cat([w_nom, w_fail]))
-        raise ValueError(f"train_many does not handle {m!r}")
+            return c_star[k_of[i]:k_of[i] + 1].detach()
+        return zeros if m in ("failure_only", "pooled") else ones
+
+    def layout(i):
+        """Job i's batch: (source of its NOMINAL_BATCH rows drawn each step, or None; the fixed rows after
+        them as x, c, w). CalNF's last nf rows get the current c* each step."""
+        m, nom, fail = jobs[i].method, noms[i], fails[i]
+        w_fail = torch.full((nf,), 1.0 / nf, device=device)
+        if m == "failure_only":
+            return None, fail, zeros.expand(nf, K), w_fail
+        if m == "pooled":
+            return pooled[i], fail[:0], zeros.expand(0, K), w_fail[:0]
+        if m == "calnf":
+            sub_x, sub_c, sub_w = subs[i]
+            return nom, torch.cat([sub_x, fail]), torch.cat([sub_c, zeros.expand(nf, K)]), torch.cat([sub_w, w_fail])
+        return nom, fail, ones.expand(nf, K), w_fail  # plain and betanf
+
+    # every job's rows padded to one length B (padding rows carry weight 0); only drawn rows and c* change
+    lay = [layout(i) for i in range(E)]
+    B = max((0 if s is None else NOMINAL_BATCH) + len(x) for s, x, _, _ in lay)
+    X0 = torch.zeros(E, B, 2, device=device)
+    C0 = torch.zeros(E, B, K, device=device)  # drawn rows: nominal (or pooled) label 0
+    Wt = torch.zeros(E, B, device=device)
+    for i, (s, x, c, w) in enumerate(lay):
+        a = 0 if s is None else NOMINAL_BATCH
+        Wt[i, :a] = 1.0 / NOMINAL_BATCH
+        X0[i, a:a + len(x)], C0[i, a:a + len(x)], Wt[i, a:a + len(x)] = x, c, w
+    n_sub = {len(subs[i][0]) for i in cal}
+    if len(n_sub) > 1:
+        raise ValueError("train_stacked needs the same subset sizes in every CalNF job")
+    cal_slot = slice(NOMINAL_BATCH + min(n_sub), NOMINAL_BATCH + min(n_sub) + nf) if cal else None
 
     def loss_fn(step):
-        if e_cal is not None:
-            calibrate()
-        parts = [batch(i, m) for i, m in enumerate(methods)]
-        B = max(len(x) for x, _, _ in parts)
-        X = torch.zeros(E, B, 2, device=device)
-        C = torch.zeros(E, B, K, device=device)
-        Wt = torch.zeros(E, B, device=device)  # padding rows carry weight 0
-        for i, (x, c, w) in enumerate(parts):
-            X[i, :len(x)], C[i, :len(x)], Wt[i, :len(x)] = x, c, w
-        return -(_stacked_log_prob(views(theta), X, C) * Wt).sum()
+        calibrate()
+        X, C = X0.clone(), C0.clone()
+        for i, (s, _, _, _) in enumerate(lay):
+            if s is not None:
+                X[i, :NOMINAL_BATCH] = s[torch.randint(0, len(s), (NOMINAL_BATCH,), generator=gens[i]).to(device)]
+        if cal:
+            C[cal_rows, cal_slot] = c_star.detach()[:, None, :]
+        P = views(theta)
+        loss = -(_stacked_log_prob(P, X, C) * Wt).sum()
+        if bet:  # β-NF: + beta * Monte-Carlo KL(q(.;1) || q(.;0)) with reparameterised samples, as kl_mc
+            n = KL_SAMPLES
+            z = torch.stack([torch.randn(n, 2, generator=gens[i]) for i in bet]).to(device)
+            P_b = [[w[bet_rows] for w in group] for group in P]
+            c1 = ones.expand(len(bet), n, K)
+            x, lp1 = _stacked_inverse(P_b, z, c1)
+            lp0 = _stacked_log_prob(P_b, x, zeros.expand(len(bet), n, K))
+            loss = loss + beta * (lp1 - lp0).mean(1).sum()
+        return loss
 
     def clip_each():  # clip_grad_norm_(·, 100) of each flow on its own
         scale = (100.0 / (theta.grad.square().sum(1).sqrt() + 1e-6)).clamp(max=1.0)
         theta.grad.mul_(scale[:, None])
 
-    steps_rec, held_rec, train_rec = [], [[] for _ in methods], [[] for _ in methods]
+    steps_rec, held_rec, train_rec = [], [[] for _ in jobs], [[] for _ in jobs]
+    T = E if track is None else min(track, E)
 
     def on_step(step, _value):
-        if held is not None and (step % track_every == 0 or step == steps - 1):
+        if held is not None and T and (step % track_every == 0 or step == steps - 1):
             with torch.no_grad():
-                P = views(theta)
-                labs = [label(m) for m in methods]
+                P = views(theta[:T])
+                labs = [label(i) for i in range(T)]
                 Ch = torch.cat([lab.expand(len(held), K)[None] for lab in labs])
                 Cf = torch.cat([lab.expand(nf, K)[None] for lab in labs])
-                lh = _stacked_log_prob(P, held[None].expand(E, -1, -1), Ch).clamp_min(CLIP_LL).mean(1)
-                lf = _stacked_log_prob(P, fail[None].expand(E, -1, -1), Cf).mean(1)
-            for i in range(E):
+                lh = _stacked_log_prob(P, held[None].expand(T, -1, -1), Ch).clamp_min(CLIP_LL).mean(1)
+                lf = _stacked_log_prob(P, torch.stack(fails[:T]), Cf).mean(1)
+            for i in range(T):
                 held_rec[i].append(float(lh[i]))
                 train_rec[i].append(float(lf[i]))
             steps_rec.append(step + 1)
 
-    train_loop([theta], loss_fn, steps, lr=FLOW_LR, progress=progress, message="+".join(methods),
-               on_step=on_step, report_every=20, cosine=COSINE, before_step=clip_each)
-    if e_cal is not None:
-        for _ in range(50):
-            calibrate()
-    out = {}
-    for i, m in enumerate(methods):
+    train_loop([theta], loss_fn, steps, lr=FLOW_LR, progress=progress,
+               message=message or "+".join(j.method for j in jobs), on_step=on_step, report_every=20,
+               cosine=COSINE, before_step=clip_each)
+    for _ in range(50):
+        calibrate()
+    out = []
+    for i in range(E):
         flow = _unstack_flow(views(theta.detach()), i, K).to(device)
-        out[m] = (flow, label(m).detach(), {"steps": np.array(steps_rec), "held": np.array(held_rec[i]),
-                                            "train": np.array(train_rec[i])})
+        out.append((flow, label(i).detach(), {"steps": np.array(steps_rec), "held": np.array(held_rec[i]),
+                                               "train": np.array(train_rec[i])}))
     return out
 
 
@@ -460,23 +566,19 @@ def run(config: Config, progress=None) -> Result:
     held_n = two_moons(rng, N_HELDOUT, False)
 
     methods = ["calnf", "plain", "failure_only", "pooled"]
-    n_extra = 2 * 5 + 1 if config.compare_all else 0  # seeds 2,3 for all methods + betanf on seed 1
-    total = len(methods) + n_extra
-    span = ProgressSpan(progress, 0, 1)
-    done = [0]
-
-    def sp(name):
-        s = span.sub(done[0] / total, (done[0] + 1) / total, prefix=f"{name}: ")
-        done[0] += 1
-        return s
-
-    flows, labels, curves = {}, {}, {}
-    span_all = span.sub(0, len(methods) / total, prefix="four flows at once: ")
-    done[0] = len(methods)
-    trained = train_many(methods, nominal, failure, K, config.steps, config.seed, device, cal_lr=config.cal_lr,
-                         held_failure=held_f, progress=span_all, subsets=subsets)
-    for m in methods:
-        flows[m], labels[m], curves[m] = trained[m]
+    jobs = [Job(m, nominal, failure, subsets, config.seed) for m in methods]
+    names = ["calnf", "plain", "betanf", "failure_only", "pooled"]
+    todo = []  # "compare all": (method, seed index) of the eleven more flows, each method's seeds in order
+    if config.compare_all:  # seeds 2 and 3 for every method, β-NF on seed 1 too: all fifteen flows in one pass
+        seed_data = [(nominal, failure, subsets)] + [data(np.random.default_rng(1000 * (config.seed + 1) + s))
+                                                     for s in (1, 2)]
+        todo = [(n, s) for n in names for s in range(3) if not (s == 0 and n in methods)]
+        jobs += [Job(n, *seed_data[s], config.seed + 17 * s) for n, s in todo]
+    trained = train_stacked(jobs, K, config.steps, device, cal_lr=config.cal_lr, beta=config.beta,
+                            held_failure=held_f, track=len(methods), progress=progress,
+                            message=("four flows at once" if not todo else
+                                     f"{len(jobs)} flows at once (4 methods; β-NF and seeds 2, 3 to compare)"))
+    flows, labels, curves = ({m: trained[i][j] for i, m in enumerate(methods)} for j in range(3))
 
     def ll(flow, x, c, clip=False):
         with torch.no_grad():
@@ -534,19 +636,9 @@ def run(config: Config, progress=None) -> Result:
 
     compare: dict[str, list[float]] = {}
     if config.compare_all:
-        names = ["calnf", "plain", "betanf", "failure_only", "pooled"]
-        compare = {n: [] for n in names}
-        for s in range(3):
-            r = np.random.default_rng(1000 * (config.seed + 1) + s)
-            nom_s, fail_s, sub_s = (nominal, failure, subsets) if s == 0 else data(r)
-            for n in names:
-                if s == 0 and n in flows:
-                    compare[n].append(metrics[f"held_fail_clip_{n}"])
-                    continue
-                f, lab, _ = train(n, nom_s, fail_s, K, config.steps, config.seed + 17 * s, device,
-                                  cal_lr=config.cal_lr, beta=config.beta, progress=sp(f"{n}, seed {s + 1}"),
-                                  subsets=sub_s)
-                compare[n].append(float(ll(f, held_f, lab, True).mean()))
+        compare = {n: [metrics[f"held_fail_clip_{n}"]] if n in flows else [] for n in names}
+        for (n, _s), (f, lab, _) in zip(todo, trained[len(methods):]):
+            compare[n].append(float(ll(f, held_f, lab, True).mean()))
         for n in names:
             metrics[f"compare_mean_{n}"] = float(np.mean(compare[n]))
     report(progress, 1.0, "done")
