@@ -417,6 +417,11 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed", help="Picks the held-out sequences (and the live models' seed)."))
 
 
+# largest widget setting (live training, biggest model and eval set): 11 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(source="live", live_steps=300, live_width=32, live_layers=2, n_eval=128,
+                      first_token="prepend")
+
+
 @dataclass
 class Result:
     source: str

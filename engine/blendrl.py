@@ -450,6 +450,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (live training at most steps): 4 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(live=True, live_steps=25000, episodes=512, variant="two balls")
+
+
 @dataclass
 class Result:
     table: dict                 # agent -> variant -> dict(success, ret, beta_near, beta_far)

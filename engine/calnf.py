@@ -55,6 +55,10 @@ class Config:
             raise ValueError("'compare all' trains fifteen flows; use at most 300 training steps with it")
 
 
+# the largest setting a widget allows (fifteen flows at 300 steps): measured by tests/bench.py
+HEAVY_CONFIG = Config(compare_all=True)
+
+
 @dataclass
 class Result:
     nominal: np.ndarray

@@ -18,6 +18,13 @@ Stability (the plain joint fit of v and g oscillates and sometimes blows the mas
     rate warms up, gradients are clipped, and the Euler step is small.
 Stage 1 is the official pre-training loss (OT + local mass + action); stage 1b refines v with g frozen.
 
+Default settings: ``python -m engine.deep_ruot train`` trains the default config exactly as a live run does and
+ships the three nets, their loss curves and the stage-0 masses (assets/deep-ruot/default.pt, ~100 kB). run()
+loads them only when the config, the recipe constants (``RECIPE``) and the regenerated snapshots all match;
+otherwise, or with ``live``, it trains (about 4 s of CPU at the defaults). The badges are always measured at
+run time on the loaded or trained nets. The rest of a default run costs ~0.1 s; what remains of the cold time
+is importing POT (which imports scikit-learn and scipy.stats, ~1.5 s once per process).
+
 Optional stochastic refinement (sigma_model > 0): a log-density potential s(x, t) is initialised by
 regression on a Gaussian KDE of the weighted particles, and all three nets are trained jointly with
 the RUOT action (terms with grad s and s g) plus a Fokker-Planck residual in log form.
@@ -25,9 +32,10 @@ the RUOT action (terms with grad s and s g) plus a Fokker-Planck residual in log
 
 from __future__ import annotations
 
+import json
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -77,6 +85,10 @@ class Config:
     iters3: int = param(20, Int(10, 30, "Joint RUOT iterations", step=5, group="Advanced",
                                 help="stage 3 steps with Euler step max(dt, 0.25)"))
     seed: int = param(0, Int(0, 9, "Seed"))
+    live: bool = param(False, Bool("Train live at the default settings", group="Advanced",
+                                   help="the default settings otherwise load the networks that "
+                                        "`python -m engine.deep_ruot train` trained with this same recipe, "
+                                        "data and seed; any other setting always trains live"))
 
 
 @dataclass
@@ -96,6 +108,7 @@ class Result:
     losses: dict[str, np.ndarray]
     sde_paths: np.ndarray | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    pretrained: bool = False            # nets loaded from the shipped default-config checkpoint
 
 
 # ----------------------------------------------------------------------------- data and closed forms
@@ -568,7 +581,89 @@ def train_models(snaps, cfg: Config, device, baseline: bool, progress=None):
     return out
 
 
+# ----------------------------------------------------------------------------- default checkpoint
+# Everything the trained nets depend on besides the data: if any of these (or the config) differs from what
+# the checkpoint was trained with, run() trains live instead of loading it.
+RECIPE = ("TIMES", "CENTRE_X", "DRIFT", "SPREAD0", "WIDTH", "G_MAX", "LAMBDA_OT", "LAMBDA_MASS", "LAMBDA_E",
+          "LR", "WARMUP", "CLIP", "MASS_EPS", "PRE_STEPS", "PRE_LR", "UOT_REG", "UOT_REG_M", "SMOOTH_BW", "DETACH")
+
+
+def checkpoint_path():
+    from engine.core.nn import asset_path
+
+    return asset_path("deep-ruot/default.pt")
+
+
+def recipe_fingerprint(cfg: Config) -> str:
+    d = {k: v for k, v in asdict(cfg).items() if k != "live"}
+    d.update({k: globals()[k] for k in RECIPE})
+    return json.dumps(d, sort_keys=True)
+
+
+def _ckpt_modules(trained):
+    from torch import nn
+
+    (v_u, g_u, _, _, _), (v_b, _, _, _, _) = trained
+    return nn.ModuleDict({"v_ruot": v_u, "g_ruot": g_u, "v_base": v_b})
+
+
+def save_default_checkpoint(path=None) -> dict:
+    """Train the default config exactly as run() does and save the three nets, their loss histories and the
+    stage-0 masses (about 100 kB)."""
+    import torch
+
+    from engine.core.nn import save_state
+
+    cfg = Config(live=True)
+    snaps, device = _prepare(cfg)
+    trained = train_models(snaps, cfg, device, cfg.baseline)
+    extra = {"fingerprint": recipe_fingerprint(cfg),
+             "snapshots": torch.as_tensor(np.concatenate(snaps), dtype=torch.float32),
+             "stage0_mass": torch.as_tensor(np.asarray(trained[0][4], dtype=np.float32))}
+    for tag, (_, _, _, losses, _) in zip(("ruot", "base"), trained):
+        extra.update({f"loss_{tag}_{k}": torch.as_tensor(v) for k, v in losses.items()})
+    save_state(_ckpt_modules([(m[0].cpu(), m[1].cpu() if m[1] is not None else None, *m[2:])
+                                     for m in trained]), path or checkpoint_path(), extra)
+    return extra
+
+
+def load_default_checkpoint(cfg: Config, snaps, device):
+    """The shipped nets as train_models would return them, or None when the config, the recipe or the data
+    differ from what the checkpoint was trained on (or it is missing): run() then trains live."""
+    import torch
+
+    from engine.core.nn import load_state
+
+    path = checkpoint_path()
+    if cfg.live or not path.exists():
+        return None
+    ck = load_state(path, map_location=device)
+    extra = ck["extra"]
+    data = np.concatenate(snaps)
+    if (extra.get("fingerprint") != recipe_fingerprint(cfg) or tuple(extra["snapshots"].shape) != data.shape
+            or not np.allclose(extra["snapshots"].cpu().numpy(), data, atol=1e-5)):
+        return None
+    v_u, g_u = _nets(torch, True)
+    v_b = _nets(torch, False)[0]
+    trained = [(v_u.to(device), g_u.to(device), None, None, None), (v_b.to(device), None, None, None, None)]
+    _ckpt_modules(trained).load_state_dict(ck["state"])
+    losses = [{k[len(f"loss_{tag}_"):]: v.cpu().numpy() for k, v in extra.items() if k.startswith(f"loss_{tag}_")}
+              for tag in ("ruot", "base")]
+    return [(v_u, g_u, None, losses[0], extra["stage0_mass"].cpu().numpy().astype(np.float64)),
+            (v_b, None, None, losses[1], None)]
+
+
 # ----------------------------------------------------------------------------- run
+def _prepare(config: Config):
+    """Threads, seeds, device and the snapshots, in the order run() and the train script both use."""
+    from engine.core.nn import set_cpu_threads
+
+    set_cpu_threads()
+    rng = seed_everything(config.seed, torch_too=True)
+    device = get_device()
+    return make_snapshots(rng, config.n0, config.gamma, config.sigma_true), device
+
+
 def _rollout(torch, v, g, x0, n0: int, dt: float, alpha: float):
     path, wpath = [x0], [torch.full((n0,), -math.log(n0), device=x0.device)]
     x, lw = path[0], wpath[0]
@@ -584,16 +679,17 @@ def _rollout(torch, v, g, x0, n0: int, dt: float, alpha: float):
 def run(config: Config, progress=None) -> Result:
     import torch
 
-    from engine.core.nn import set_cpu_threads
-
-    set_cpu_threads()
-    rng = seed_everything(config.seed, torch_too=True)
-    device = get_device()
-    snaps = make_snapshots(rng, config.n0, config.gamma, config.sigma_true)
+    snaps, device = _prepare(config)
     n0 = config.n0
     span = ProgressSpan(progress, 0, 1)
-    trained = train_models(snaps, config, device, config.baseline,
-                           span.sub(0, 0.95, "DeepRUOT and balanced baseline: " if config.baseline else "DeepRUOT: "))
+    trained = load_default_checkpoint(config, snaps, device)
+    pretrained = trained is not None
+    if pretrained:
+        report(progress, 0.95, "loaded the networks trained at the default settings (see `live`)")
+    else:
+        trained = train_models(snaps, config, device, config.baseline,
+                               span.sub(0, 0.95, "DeepRUOT and balanced baseline: " if config.baseline
+                                        else "DeepRUOT: "))
     v_u, g_u, s_u, loss_u, mass0 = trained[0]
     models = {"DeepRUOT": (v_u, g_u)}
     losses = {f"DeepRUOT {k}": v for k, v in loss_u.items()}
@@ -675,7 +771,7 @@ def run(config: Config, progress=None) -> Result:
         gamma=config.gamma, alpha=config.alpha, snapshots=[s.astype(np.float32) for s in snaps], traj=traj,
         weights=weights, traj_t=traj_t, grid=g_lin, growth_field=np.stack(fields).astype(np.float32),
         mass_model=mass_model, mass_true=np.cosh(config.gamma * traj_t), mass_data=sizes / n0,
-        transitions=trans, losses=losses, sde_paths=sde, metrics=m,
+        transitions=trans, losses=losses, sde_paths=sde, metrics=m, pretrained=pretrained,
     )
 
 
@@ -714,7 +810,15 @@ if __name__ == "__main__":  # pragma: no cover
     import time
 
     if len(sys.argv) > 1 and sys.argv[1] == "train":
-        raise SystemExit("deep-ruot trains live in a few seconds; it needs no checkpoint.")
+        t0 = time.time()
+        save_default_checkpoint()
+        size = checkpoint_path().stat().st_size
+        print(f"trained the default config in {time.time() - t0:.1f}s -> {checkpoint_path()} ({size / 1024:.0f} kB)")
+        r = run(Config())
+        assert r.pretrained
+        for c in claims(r):
+            print(c.passed, c.describe())
+        raise SystemExit(0)
     t0 = time.time()
     r = run(Config())
     print(f"{time.time() - t0:.2f}s", {k: round(v, 3) for k, v in r.metrics.items()})

@@ -98,6 +98,11 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed", help="Target tessellation, vertex order and noise"))
 
 
+# largest widget setting (largest meshes, basis and refinement): 3 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n_vertices=2500, k=80, refine="zoomout", refine_steps=20, zoom_inc=10, n_desc=100,
+                      remesh=True, target_ratio=1.25, descriptor="wks+hks", use_xyz=True)
+
+
 @dataclass
 class Mesh:
     verts: np.ndarray      # (n, 3) float64, area-normalised and centred

@@ -47,6 +47,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (every size at its max): 4 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(epochs=40, questions=8, n_docs=500, max_steps=300, attack_lr=0.01)
+
+
 @dataclass
 class Result:
     membership: np.ndarray               # [docs] bool

@@ -69,6 +69,11 @@ class Config:
             raise ValueError(f"the batch B = {self.batch} exceeds the dataset size N = {self.n_examples}")
 
 
+# largest widget setting (longest horizon, most bands, dense check): 3 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n=262144, max_bands=256, n_examples=10000000, batch=16, compare_dense=True,
+                      max_iters=200)
+
+
 @dataclass
 class Result:
     config: Config

@@ -64,6 +64,10 @@ class Config:
             raise ValueError("the two gaps must differ by at least 0.03")
 
 
+# largest widget setting (largest MDPs, most episodes and seeds): 27 s CPU (near the 30 s budget), measured 2026-12-03
+HEAVY_CONFIG = Config(n_states=10, n_actions=5, horizon=6, episodes=20000, n_seeds=16, family="random")
+
+
 @dataclass
 class Result:
     gaps: np.ndarray            # (G,) gap of each group (nan for random MDPs)

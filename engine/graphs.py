@@ -365,6 +365,7 @@ def train_gcns(adjs, feats, labels, train_idx, val_idx, test_idx, hidden: int = 
     """
     import torch
 
+    from engine.core.nn import symmetric_sparse_propagator
     from engine.core.progress import report
 
     B = len(adjs)
@@ -386,21 +387,8 @@ def train_gcns(adjs, feats, labels, train_idx, val_idx, test_idx, hidden: int = 
     PX = torch.as_tensor(np.stack([pn @ np.asarray(f, dtype=np.float64) for pn, f in zip(norms, feats)]),
                          dtype=torch.float32, device=dev)                                     # (B,n,d)
     P = sp.block_diag(norms, format="csr")
-    Pt = torch.sparse_csr_tensor(torch.as_tensor(P.indptr, dtype=torch.int64),
-                                 torch.as_tensor(P.indices, dtype=torch.int64),
-                                 torch.as_tensor(P.data, dtype=torch.float32), size=P.shape).to(dev)
+    prop, _ = symmetric_sparse_propagator(P, dev)   # y = P x, differentiable
     Y = torch.as_tensor(np.stack([np.asarray(y, dtype=np.int64) for y in labels]), device=dev)   # (B,n)
-
-    class _SymProp(torch.autograd.Function):
-        """y = P x for the symmetric block-diagonal P; the gradient is P g (no transpose needed)."""
-
-        @staticmethod
-        def forward(ctx, x):
-            return Pt @ x
-
-        @staticmethod
-        def backward(ctx, g):
-            return Pt @ g
 
     def masks(idx_list):
         M = torch.zeros(B, n, dtype=torch.bool)
@@ -434,7 +422,7 @@ def train_gcns(adjs, feats, labels, train_idx, val_idx, test_idx, hidden: int = 
         if train and dropout > 0:   # inverted dropout (a uniform mask is cheaper than torch's bernoulli)
             h = h * (torch.rand(h.shape, device=dev) >= dropout) * (1.0 / (1.0 - dropout))
         o = torch.bmm(h, W2).reshape(B * n, n_cls)
-        return _SymProp.apply(o.contiguous()).reshape(B, n, n_cls) + b2
+        return prop(o.contiguous()).reshape(B, n, n_cls) + b2
 
     best_val = torch.full((B,), -1.0, device=dev)
     best_test = torch.zeros(B, device=dev)

@@ -540,6 +540,11 @@ class Config:
                              "Use fewer steps or neurons, or the shipped checkpoint")
 
 
+# largest widget setting (S5 trained here, 50 steps at 128 neurons: the largest slider point under LIVE_BUDGET): 6.5 s CPU,
+# measured 2026-12-03
+HEAVY_CONFIG = Config(group="S5", weights="train here", steps=50, hidden=128, rank=32, method="fourier")
+
+
 @dataclass
 class Result:
     group: str

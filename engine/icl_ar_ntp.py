@@ -465,6 +465,10 @@ class Config:
             raise ValueError("K · N must be at most 32768 sequences for a live run")
 
 
+# largest widget setting (live training at the K·N cap, most steps): 9 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(source="train one model live", K=256, live_N=128, live_T=16, live_steps=600)
+
+
 @dataclass
 class Result:
     source: str

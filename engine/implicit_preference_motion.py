@@ -57,6 +57,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (all sizes at max, baseline + sweep): 22 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n_scenes=400, k_samples=16, dpo_steps=400, baseline=True, sweep=True)
+
+
 @dataclass
 class Result:
     metrics: dict[str, float]

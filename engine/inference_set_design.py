@@ -59,6 +59,10 @@ class Config:
             raise ValueError(f"n_init must be below the pool size {N_POOL}")
 
 
+# largest widget setting (smallest batches (most rounds), widest): 13 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(batch=50, n_init=50, target=0.99, hidden=256, steps=120)
+
+
 @dataclass
 class AgentTrace:
     """Per-round numbers of one agent (round t uses the model trained on O_t)."""

@@ -265,6 +265,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (every size at its max): 5 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(k=32, surface_forms=4, values=10, entities=1000, reps=4)
+
+
 @dataclass
 class Result:
     k_values: np.ndarray

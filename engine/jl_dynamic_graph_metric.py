@@ -59,6 +59,11 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (every size at its max): 13 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n_nodes=400, n_events=10000, feat_dim=16, node_dim=512, graph_dim=512, levels=8,
+                      repeats=4, n_snapshots=12, race_nodes=800)
+
+
 @dataclass
 class Stream:
     """A continuous-time dynamic graph: a time-sorted event stream."""

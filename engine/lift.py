@@ -48,6 +48,11 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (all at max, shot sweep; default step diverges): 3 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(shots=30, n_tasks=100, n_examples=50, rank=4, components=5, iters=5000, burn=2000,
+                      task_frac=1.0, shot_sweep=True, step=1e-05)
+
+
 @dataclass
 class Result:
     methods: list

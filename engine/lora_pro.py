@@ -56,6 +56,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (MLP + Adam, largest ranks, steps, lr grid): 11 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(rank=16, target_rank=32, optimizer="adam", steps=400, lr_grid="large", model="mlp")
+
+
 @dataclass
 class Result:
     steps: np.ndarray

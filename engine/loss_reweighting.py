@@ -98,6 +98,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (MLP, full sweep, every size at max): 9 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(setting="mlp", steps=1500, batch=256, seeds=16, sweep="all", warmup=200)
+
+
 @dataclass
 class Result:
     steps: np.ndarray

@@ -90,6 +90,10 @@ def estimated_seconds(cfg: Config) -> float:
     return sum(1.2e-3 * u + per_critic * u * v for u, v in runs)
 
 
+# largest widget setting (sweep on, at the MAX_SECONDS estimate cap): 16 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(utd=28, env_steps=500, width=16, n_seeds=6, sweep=True, model="noisy", frac=0.5)
+
+
 @dataclass
 class Result:
     steps: np.ndarray                 # recorded env steps (every 10)

@@ -524,6 +524,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed", help="which prompt pairs and test prompts are drawn"))
 
 
+# largest widget setting (most pairs and heads, all positions): 7 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n_pairs=512, top_k=6, head_positions="all positions", variant="shuffled symbols")
+
+
 
 @dataclass
 class Result:

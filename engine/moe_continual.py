@@ -49,6 +49,10 @@ class Config:
                              f"{self.clusters})")
 
 
+# largest widget setting (every size at its max): 2 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(experts=20, rounds=3000, seeds=20, pool=30, clusters=6)
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str

@@ -59,6 +59,10 @@ class Config:
             raise ValueError(f"the warm-up ({self.warmup}) must be shorter than training ({self.epochs} epochs)")
 
 
+# largest widget setting (all samples, most epochs, widest nets): 5 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n_samples=1797, epochs=300, warmup=10, embed_dim=32, hidden=128, depth=2)
+
+
 @dataclass
 class Result:
     config: Config

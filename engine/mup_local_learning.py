@@ -30,7 +30,11 @@ WIDTH_SETS = {"32,256": (32, 256), "32,128": (32, 128), "32,512": (32, 512), "32
 PARAM_SETS = {"sp_mup": ("SP", "muP"), "all": ("SP", "muP", "muP-GN")}
 B_WIDTHS = (16, 64, 256, 1024, 4096)
 B_SCHEDULES = ("fixed γ = 1", "γ = M", "γ = 100·M")
-FLOP_BUDGET = 1.5e11
+FLOP_BUDGET = 1.5e11  # the sweep runs fewer steps (with a note) when the requested setting needs more
+MIN_STEPS = 10
+# a setting whose shortest sweep exceeds this is refused: ~30 GFLOP/s measured for these sizes on a 2-core CPU
+# (2026-12-03), so about 15 s
+MAX_FLOP = 5.0e11
 DIVERGED = 1e3
 REGRET_CAP = 1e6
 
@@ -56,6 +60,14 @@ class Config:
             raise ValueError("unknown width or parameterisation set")
         if self.lr_max - self.lr_min < 2:
             raise ValueError("the learning-rate grid needs at least three values")
+        # the sweep shortens itself to FLOP_BUDGET but never below MIN_STEPS; past that it is refused
+        n_lanes = len(PARAM_SETS[self.params]) * (self.lr_max - self.lr_min + 1)
+        shortest = flop_estimate(self, n_lanes) * MIN_STEPS / self.steps
+        if shortest > MAX_FLOP:
+            raise ValueError(f"even a {MIN_STEPS}-step sweep of this setting needs about {shortest / 1e9:.0f} GFLOP "
+                             f"(at most {MAX_FLOP / 1e9:.0f}, about 15 s on a 2-core CPU): choose fewer inference "
+                             "steps, a smaller width set, a narrower learning-rate range, fewer layers, a smaller "
+                             "batch, or only SP and μP")
 
 
 @dataclass
@@ -188,6 +200,12 @@ def flop_estimate(cfg: Config, n_lanes: int) -> float:
     return total * cfg.steps
 
 
+# largest setting the MAX_FLOP guard lets through (widest width set, full lr grid, every parameterisation,
+# largest batch and depth, 3 inference steps; the sweep shortens itself to 10 steps): 17.7 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(widths="32,128,512", lr_min=-8, lr_max=7, steps=300, inference_steps=3, params="all",
+                      batch=64, depth=4)
+
+
 def sweep(cfg: Config, steps: int, progress=None):
     import torch
 
@@ -311,7 +329,7 @@ def run(config: Config, progress=None) -> Result:
     est = flop_estimate(config, n_lanes)
     steps = config.steps
     if est > FLOP_BUDGET:
-        steps = max(10, int(config.steps * FLOP_BUDGET / est) // 10 * 10)
+        steps = max(MIN_STEPS, int(config.steps * FLOP_BUDGET / est) // 10 * 10)
         notes.append(f"To stay within the time budget the sweep ran {steps} steps instead of {config.steps} "
                      f"(estimated {est / 1e9:.0f} GFLOP for the requested setting).")
     span = ProgressSpan(progress, 0, 1)

@@ -50,6 +50,33 @@ class Config:
     n_envs: int = param(32, Int(8, 128, "Parallel envs", step=8, group="PQN on CartPole"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
+    def __post_init__(self):
+        est = estimated_seconds(self)
+        if est > WORK_LIMIT_S:
+            raise ValueError(
+                f"this setting would take about {est:.0f} s on a 2-core CPU (the limit is {WORK_LIMIT_S:.0f} s): "
+                "lower the width, steps or seeds of Baird's experiment, or give CartPole fewer env steps "
+                "or more parallel envs")
+
+
+# Seconds on a 2-core CPU, fitted on 2026-12-03 (numpy/torch, one process): Baird's TD costs ~120 us per
+# step plus ~1 us per (seed x hidden unit) per step; a PQN update (32 steps of all envs, 8 minibatches)
+# ~35 ms, run twice (with and without LayerNorm); a DQN env step with its update ~2.3 ms.
+WORK_LIMIT_S = 22.0
+
+
+def estimated_seconds(cfg: Config) -> float:
+    baird = cfg.steps * (1.2e-4 + 1e-6 * cfg.n_seeds * cfg.width)
+    if not cfg.run_pqn:
+        return baird
+    pqn_updates = max(1, cfg.env_steps // (cfg.n_envs * 32))
+    return baird + 2 * 0.035 * pqn_updates + 2.3e-3 * (cfg.env_steps / 8)
+
+
+# largest widget setting the work limit lets through (Baird at full width and seeds, the longest CartPole
+# run at 16 envs; at 8 envs it alone would need ~23 s): estimated 21 s, measured 20 s CPU 2026-12-03
+HEAVY_CONFIG = Config(width=256, steps=750, n_seeds=20, run_pqn=True, env_steps=40000, n_envs=16)
+
 
 @dataclass
 class Result:

@@ -49,6 +49,11 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (most qubits, layers and samples): 4 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n_qubits=6, layers=8, samples=200, design_n=2, perturbation="gradient",
+                      entangler="cnot")
+
+
 @dataclass
 class Result:
     config: Config

@@ -56,6 +56,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (most samples, longest horizon, few-shot): 19 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n_samples=4096, horizon=40, model="few_shot", info_cost=True)
+
+
 @dataclass
 class Result:
     traj: dict               # variant -> (N+1, 4) states of the (last) episode

@@ -289,6 +289,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (all sizes at max, oracle on): 7 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(horizon=30, env_steps=60000, n_seeds=5, oracle=True)
+
+
 @dataclass
 class Result:
     variants: list                 # variant names that were run

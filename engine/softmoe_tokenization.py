@@ -66,6 +66,11 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (widest expert, most steps and columns): 26 s CPU (near the 30 s budget), measured 2026-12-03
+HEAVY_CONFIG = Config(live_arch="softmoe1_per_conv_scaled", width_scale=8, capacity=2.0, live_steps=300,
+                      columns=9, train_frac=0.9)
+
+
 @dataclass
 class Result:
     anatomy: dict           # per tokenization: m, d, p, D, C (one observation), slot cosine similarity

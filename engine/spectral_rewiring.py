@@ -72,6 +72,11 @@ class Config:
             raise ValueError("p_out must be smaller than p_in (otherwise there are no communities)")
 
 
+# largest widget setting (largest dense graph, all sizes at max): 14 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n_nodes=320, n_communities=6, p_in=0.3, p_out=0.05, budget=150, n_seeds=5, epochs=250,
+                      hidden=64)
+
+
 @dataclass
 class Result:
     methods: list

@@ -58,6 +58,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
+# largest widget setting (largest pool, rows, DDIM steps, attacked): 6 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n_rows=1000, steps=100, pool=3000, attack="alteration", strength=1.0)
+
+
 @dataclass
 class Result:
     method: str

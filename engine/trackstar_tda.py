@@ -589,6 +589,11 @@ class Config:
                                          "removed passages"))
 
 
+# largest widget setting (every switch on, leave-some-out at max): 9 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(method="custom", proj_dim=1024, tp_k=5, tp_queries=240, use_hessian=True,
+                      use_adam=False, loo=True, loo_queries=40, loo_steps=300)
+
+
 @dataclass
 class Result:
     metrics: dict

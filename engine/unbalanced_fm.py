@@ -70,6 +70,10 @@ class Config:
             raise ValueError("the τ sweep trains nine or ten flows; use at most 600 training steps with it")
 
 
+# largest widget setting (τ sweep at its 600-step cap): 13 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(sweep=True, train_steps=600, n_euler=50, negative_control=True)
+
+
 @dataclass
 class Result:
     mu0: np.ndarray

@@ -40,6 +40,12 @@ cfg = state.bind_config(eng.Config, SLUG, views=("t_view",))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.deep_ruot", cfg, label="Training DeepRUOT and the baseline")
+if res.pretrained:
+    st.caption("At the default settings the three networks are **pretrained**: they were trained offline by "
+               "`python -m engine.deep_ruot train` with exactly this recipe, data and seed, and are loaded from "
+               "a 100 kB checkpoint; every badge below is still measured now, on freshly generated snapshots. "
+               "Tick *Train live at the default settings* (Advanced) or change any setting to watch it train "
+               "(about 5 s at the defaults).")
 layout.claims_panel(eng.claims(res))
 m = res.metrics
 

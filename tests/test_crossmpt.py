@@ -1,6 +1,7 @@
 """CrossMPT: checkpoints, claims at the default config, and independent checks of codes and baselines."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -153,3 +154,82 @@ def test_attention_count_formula():
     cost = eng.cost_benchmark(n=40, m=20, d=16, layers=1, heads=2, batch=3, repeats=1)
     assert cost["attn_cross"] == 3 * 2 * 2 * 40 * 20
     assert cost["attn_full"] == 3 * 2 * 60 * 60
+
+
+def _dense_bp(code, y, sigma, iters):
+    """Reference sum-product BP on the dense (m, n) grid of H (the textbook layout), for comparison."""
+    H = code.H.astype(bool)
+    llr = 2.0 * y / sigma**2
+    q = np.where(H[None], llr[:, None, :], 0.0)
+    total = llr
+    for _ in range(iters):
+        t = np.where(H[None], np.tanh(np.clip(q, -40, 40) / 2), 1.0)
+        t = np.where(np.abs(t) < 1e-12, np.copysign(1e-12, t), t)
+        excl = np.clip(np.prod(t, axis=2, keepdims=True) / t, -(1 - 1e-7), 1 - 1e-7)
+        r = np.where(H[None], 2 * np.arctanh(excl), 0.0)
+        total = llr + r.sum(axis=1)
+        q = np.where(H[None], total[:, None, :] - r, 0.0)
+    return (total < 0).astype(np.int64)
+
+
+@pytest.mark.parametrize("name", eng.CODES)
+def test_edge_bp_matches_dense_reference(name):
+    code = eng.get_code(name)
+    for ebn0, iters in ((1.0, 5), (3.0, 20)):
+        c, y, sigma = eng.transmit(code, 1500, ebn0, np.random.default_rng(8))
+        assert np.array_equal(eng.decode_bp(code, y, sigma, iters), _dense_bp(code, y, sigma, iters))
+
+
+@pytest.mark.parametrize("name", eng.CODES)
+def test_attention_matches_torch_sdpa(name):
+    """Both attention branches (broadcast for Hamming's 7×3 grid, batched matmul for BCH) against torch's own
+    masked scaled-dot-product attention on the same projections."""
+    code = eng.get_code(name)
+    model, _ = eng.load_model(name)
+    att = model.blocks[0].att
+    g = torch.Generator().manual_seed(9)
+    x, ctx = torch.randn(5, code.n, 32, generator=g), torch.randn(5, code.m, 32, generator=g)
+    with torch.no_grad():
+        out, w = att(x, ctx, model.block_vc, need_weights=True)
+        split = lambda t: t.view(5, -1, 4, 8).transpose(1, 2)   # noqa: E731
+        ref = torch.nn.functional.scaled_dot_product_attention(split(att.q(x)), split(att.k(ctx)), split(att.v(ctx)),
+                                                               attn_mask=~model.block_vc)
+        ref = att.o(ref.transpose(1, 2).reshape(5, code.n, 32))
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert w.shape == (5, 4, code.n, code.m) and torch.allclose(w.sum(-1), torch.ones(5, 4, code.n))
+
+
+def test_work_guard():
+    from engine.core import InputError
+
+    assert eng.estimated_seconds(eng.Config()) <= eng.WORK_LIMIT_S
+    assert eng.estimated_seconds(eng.HEAVY_CONFIG) <= eng.WORK_LIMIT_S
+    eng.check_budget(eng.HEAVY_CONFIG)
+    with pytest.raises(InputError, match="at most") as err:
+        eng.Config(code="bch", ebn0="1-7", n_codewords=20000, bp_iters=50)
+    n_max = int(re.search(r"at most ([\d,]+) codewords", str(err.value)).group(1).replace(",", ""))
+    ok = eng.Config(code="bch", ebn0="1-7", n_codewords=n_max, bp_iters=50)
+    assert eng.estimated_seconds(ok) <= eng.WORK_LIMIT_S < eng.estimated_seconds(ok, n_max + 500)
+    eng.check_budget(ok)
+
+
+def test_page_refuses_an_over_budget_setting_and_keeps_the_last_one():
+    """Widgets driven to BCH, 1…7 dB, 20 000 words, 50 BP iterations: a clear message naming what fits, the
+    last working settings restored, the claims still shown, no traceback."""
+    from streamlit.testing.v1 import AppTest
+
+    from engine.registry import ROOT
+
+    at = AppTest.from_file(str(ROOT / "pages" / "crossmpt.py"), default_timeout=180).run()
+    for name, value in (("code", "bch"), ("ebn0", "1-7"), ("bp_iters", 50)):
+        w = next(w for kind in ("radio", "select_slider") for w in getattr(at, kind) if w.key == f"crossmpt:{name}")
+        w.set_value(value)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.slider(key="crossmpt:n_codewords").set_value(20000)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("do not fit together" in w.value and "at most" in w.value for w in at.warning), \
+        [w.value for w in at.warning]
+    assert at.slider(key="crossmpt:n_codewords").value == 2500
+    assert any("Claims" in s.value for s in at.subheader)

@@ -17,6 +17,7 @@ def default_result():
 
 
 def test_default_claims_pass(default_result):
+    assert default_result.pretrained  # the shipped checkpoint matches the default config, recipe and data
     cl = eng.claims(default_result)
     assert len(cl) == 6
     assert all_passed(cl), [c.describe() for c in cl if not c.passed]
@@ -165,3 +166,35 @@ def test_stacked_velocity_nets_match_the_separate_nets():
     out = stack(inp)
     for e, net in enumerate(nets):
         np.testing.assert_allclose(out[e].detach().numpy(), net(inp[e]).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoint_matches_live_training(default_result):
+    """The shipped default nets are what `python -m engine.deep_ruot train` produces: a live run at the default
+    settings gives the same verdicts and (to float drift across machines) the same measurements and losses."""
+    live = eng.run(eng.Config(live=True))
+    assert not live.pretrained
+    ck, lv = default_result.metrics, live.metrics
+    assert [c.passed for c in eng.claims(live)] == [c.passed for c in eng.claims(default_result)]
+    for k in ("false_ruot", "false_baseline", "g_left", "g_right", "g_corr", "mass_err_max", "mass_err_max_stage0"):
+        assert ck[k] == pytest.approx(lv[k], abs=0.03), k
+    assert set(live.losses) == set(default_result.losses)
+    for k, v in live.losses.items():
+        assert len(v) == len(default_result.losses[k]) == 50
+        assert default_result.losses[k][-1] == pytest.approx(v[-1], rel=0.1, abs=1e-3), k
+    # the checkpoint only stands in for training: the evaluation is recomputed on the regenerated data
+    np.testing.assert_allclose(default_result.snapshots[0], live.snapshots[0])
+
+
+def test_checkpoint_is_used_only_for_the_exact_default(monkeypatch):
+    import dataclasses
+
+    cfg = eng.Config()
+    snaps, device = eng._prepare(cfg)
+    assert eng.load_default_checkpoint(cfg, snaps, device) is not None
+    assert eng.checkpoint_path().stat().st_size < 2 * 2**20
+    assert eng.load_default_checkpoint(dataclasses.replace(cfg, live=True), snaps, device) is None
+    for change in ({"seed": 1}, {"alpha": 2.0}, {"baseline": False}, {"dt": 0.1}):
+        assert eng.load_default_checkpoint(dataclasses.replace(cfg, **change), snaps, device) is None, change
+    assert eng.load_default_checkpoint(cfg, [s + 0.01 for s in snaps], device) is None  # other data
+    monkeypatch.setattr(eng, "LR", eng.LR * 2)  # another recipe
+    assert eng.load_default_checkpoint(cfg, snaps, device) is None

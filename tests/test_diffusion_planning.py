@@ -188,6 +188,9 @@ def test_cost_cap_rejects_largest_setting():
     with pytest.raises(ValueError):
         eng.Config(candidates=64, ddim_steps=20, replan=5, episodes=64)
     assert eng.estimated_gflop(eng.Config()) <= eng.COST_CAP_GFLOP
+    # both optional extras can be switched on together at the default sizes (the benchmark's largest setting)
+    assert eng.estimated_gflop(eng.HEAVY_CONFIG) <= eng.COST_CAP_GFLOP
+    assert eng.HEAVY_CONFIG.scaling_curve and eng.HEAVY_CONFIG.compare_denoisers
 
 
 def test_spearman_matches_scipy():

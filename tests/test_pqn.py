@@ -109,3 +109,18 @@ def test_cartpole_matches_gymnasium():
         ours = eng.CartPole.dynamics(state, a)
         assert np.allclose(ours, np.array(env.state, dtype=np.float64), atol=1e-5)
         state = ours if abs(ours[2]) < 0.2 and abs(ours[0]) < 2.4 else rng.uniform(-0.05, 0.05, 4)
+
+
+def test_work_guard_refuses_settings_over_the_time_limit():
+    # the old corner (every Baird slider at its top, CartPole at 8 envs) measured 47 s on a 2-core CPU
+    with pytest.raises(ValueError, match="lower the width"):
+        eng.Config(width=256, steps=5000, n_seeds=20, run_pqn=True, env_steps=40000, n_envs=8)
+    with pytest.raises(ValueError):
+        eng.Config(width=256, steps=5000, n_seeds=20)
+    for cfg in (eng.Config(), eng.Config(run_pqn=True), eng.Config(run_pqn=True, env_steps=40000)):
+        assert eng.estimated_seconds(cfg) <= eng.WORK_LIMIT_S
+    assert eng.estimated_seconds(eng.HEAVY_CONFIG) <= eng.WORK_LIMIT_S
+    # the model grows with the work it describes
+    assert eng.estimated_seconds(eng.Config(width=128)) > eng.estimated_seconds(eng.Config(width=64))
+    assert (eng.estimated_seconds(eng.Config(run_pqn=True, n_envs=8))
+            > eng.estimated_seconds(eng.Config(run_pqn=True, n_envs=64)))

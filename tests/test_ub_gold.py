@@ -104,3 +104,25 @@ def test_scenarios_differ_where_designed():
     sn = np.array([eng.graph_statistics(g) for g in norm])
     sa = np.array([eng.graph_statistics(g) for g in anom])
     assert np.all(np.abs(sn.mean(0) - sa.mean(0)) < 0.25 * (sn.std(0) + 1e-9) + 0.3)
+
+
+def test_statistics_of_mixed_sizes_match_one_by_one_and_networkx():
+    rng = np.random.default_rng(5)
+    graphs = [eng.sbm_graph(int(n), rng) for n in (9, 12, 9, 15, 12)] + [eng.tree_graph(12, rng)]
+    S = eng.graph_statistics_all(graphs)
+    for i, g in enumerate(graphs):
+        np.testing.assert_allclose(S[i], eng.graph_statistics(g), atol=1e-12)
+        spec = np.sort(nx.normalized_laplacian_spectrum(_nx(g)))
+        assert S[i, 8] == pytest.approx(spec[-1], abs=1e-8)
+        assert S[i, 0] == len(g.A)
+
+
+def test_svdd_side_by_side_equals_one_by_one():
+    rng = np.random.default_rng(6)
+    c = eng.Config()
+    norm, anom = eng.scenario_graphs("intrinsic anomaly", c, rng, 30, 10)
+    trees, rings = eng.scenario_graphs("inter-dataset shift", c, rng, 30, 10)
+    jobs = [(norm[:20], norm[20:] + anom), (trees[:20], trees[20:] + rings)]   # different node totals
+    both = eng.svdd_scores(jobs, 5, seed=3)
+    for j, job in enumerate(jobs):
+        np.testing.assert_allclose(both[j], eng.svdd_scores([job], 5, seed=3)[0], rtol=1e-4)

@@ -130,3 +130,31 @@ def batch_indices(n: int, batch: int, steps: int, generator: torch.Generator | N
             if len(out) == steps:
                 break
     return out
+
+
+def symmetric_sparse_propagator(P, device=None) -> tuple[Callable, torch.Tensor]:
+    """A symmetric scipy sparse matrix P (e.g. a block-diagonal graph operator) as a differentiable map
+    x -> P x on torch tensors, and the torch CSR tensor itself. Since P = P^T the backward pass is the same
+    product, P g, so no transposed copy is built (torch's sparse CSR autograd cannot do that cheaply)."""
+    import warnings
+
+    P = P.tocsr()
+    with warnings.catch_warnings():   # torch notes that sparse CSR support is "beta"
+        warnings.simplefilter("ignore", UserWarning)
+        Pt = torch.sparse_csr_tensor(torch.as_tensor(P.indptr, dtype=torch.int64),
+                                     torch.as_tensor(P.indices, dtype=torch.int64),
+                                     torch.as_tensor(P.data, dtype=torch.float32), size=P.shape,
+                                     check_invariants=False)
+    if device is not None:
+        Pt = Pt.to(device)
+
+    class _SymProp(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return Pt @ x
+
+        @staticmethod
+        def backward(ctx, g):
+            return Pt @ g
+
+    return _SymProp.apply, Pt
