@@ -90,6 +90,32 @@ class Config:
                                         "`python -m engine.deep_ruot train` trained with this same recipe, "
                                         "data and seed; any other setting always trains live"))
 
+    def __post_init__(self):
+        est = estimated_seconds(self)
+        if est > WORK_LIMIT_S:
+            raise ValueError(f"this setting would train for about {est:.0f} s on a 2-core CPU (the limit is "
+                             f"{WORK_LIMIT_S:.0f} s): use fewer cells, fewer iterations, a larger Euler step, "
+                             "or leave out the balanced baseline or the stochastic refinement")
+
+
+# Training time on a 2-core CPU, fitted on 2026-12-03 to runs at gamma 0.6 (the most cells): 35 s with every
+# size at its max, growing like n0^1.7 (the OT plans and the mass-weighted losses are over all cell pairs);
+# the other factors are the measured savings of each switch. Measured 2.8 s at the default (model 2.5),
+# 7.0 s at n0 = 300 (8.2), 13.7 s for the max at n0 = 200 (17.6).
+WORK_LIMIT_S = 24.0
+_DT_FACTOR = {0.1: 1.0, 0.25: 0.67, 0.5: 0.55}
+
+
+def estimated_seconds(cfg: Config) -> float:
+    return (35.0 * (cfg.n0 / 300) ** 1.7 * (cfg.iters / 100) ** 0.9 * _DT_FACTOR.get(cfg.dt, 1.0)
+            * (1.0 if cfg.baseline else 0.53) * (1.0 if cfg.stochastic else 0.8) * (0.8 + 0.2 * cfg.iters3 / 30))
+
+
+# largest widget setting the work limit lets through (n0 = 225, every other size at its max): 23 s CPU, measured
+# 2026-12-03
+HEAVY_CONFIG = Config(n0=225, iters=100, dt=0.1, baseline=True, stochastic=True, iters3=30, sigma_true=0.5,
+                      gamma=0.6)
+
 
 @dataclass
 class Result:

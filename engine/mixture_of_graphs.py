@@ -73,6 +73,11 @@ class Config:
     gcn_epochs: int = 80
 
 
+# largest widget setting (every size at its max): 12.5 s CPU, measured 2026-12-03
+HEAVY_CONFIG = Config(n_nodes=2400, dense_degree=60, sparse_degree=20, top_k=3, epochs=160,
+                      timing_nodes=12000)
+
+
 @dataclass
 class Result:
     grid: np.ndarray                         # sparsity grid of the global baselines

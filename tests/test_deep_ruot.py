@@ -198,3 +198,13 @@ def test_checkpoint_is_used_only_for_the_exact_default(monkeypatch):
     assert eng.load_default_checkpoint(cfg, [s + 0.01 for s in snaps], device) is None  # other data
     monkeypatch.setattr(eng, "LR", eng.LR * 2)  # another recipe
     assert eng.load_default_checkpoint(cfg, snaps, device) is None
+
+
+def test_work_guard_refuses_the_slowest_corner():
+    # every size at its max measured 35 s on a 2-core CPU; the guard names what to lower
+    with pytest.raises(ValueError, match="fewer cells"):
+        eng.Config(n0=300, iters=100, dt=0.1, baseline=True, stochastic=True, iters3=30)
+    assert eng.estimated_seconds(eng.Config()) < 5
+    assert eng.estimated_seconds(eng.HEAVY_CONFIG) <= eng.WORK_LIMIT_S
+    assert eng.estimated_seconds(eng.Config(n0=300)) > eng.estimated_seconds(eng.Config())
+    assert eng.estimated_seconds(eng.Config(dt=0.1)) > eng.estimated_seconds(eng.Config(dt=0.5))
