@@ -73,9 +73,15 @@ def test_mup_scalings():
 
 
 def test_step_clamp_keeps_budget():
-    cfg = eng.HEAVY_CONFIG
-    n_lanes = 3 * 16
-    assert eng.flop_estimate(cfg, n_lanes) > eng.FLOP_BUDGET   # the clamp is exercised by this setting
+    cfg = eng.Config(widths="32,128", steps=300, inference_steps=20)
+    n_lanes = 2 * (cfg.lr_max - cfg.lr_min + 1)
+    est = eng.flop_estimate(cfg, n_lanes)
+    assert est > eng.FLOP_BUDGET   # the clamp is exercised by this setting
+    res = eng.run(cfg)
+    expected = max(eng.MIN_STEPS, int(cfg.steps * eng.FLOP_BUDGET / est) // 10 * 10)
+    assert expected < cfg.steps
+    assert res.steps_used == expected and res.curve_steps.max() <= expected
+    assert any(f"ran {expected} steps instead of {cfg.steps}" in n for n in res.notes), res.notes
 
 
 def test_guard_refuses_settings_whose_shortest_sweep_is_over_the_limit():
