@@ -45,7 +45,7 @@ if res.pretrained:
                "`python -m engine.deep_ruot train` with exactly this recipe, data and seed, and are loaded from "
                "a 100 kB checkpoint; every badge below is still measured now, on freshly generated snapshots. "
                "Tick *Train live at the default settings* (Advanced) or change any setting to watch it train "
-               "(about 5 s at the defaults).")
+               "(a few seconds at the defaults).")
 layout.claims_panel(eng.claims(res))
 m = res.metrics
 
