@@ -5,6 +5,7 @@ Keep this file light: it runs on every page view and must not import torch.
 
 import streamlit as st
 
+from components import prewarm
 from engine.core.device import limit_native_threads
 from engine.registry import AREAS, PAPERS, short_name
 
@@ -22,4 +23,9 @@ for area in AREAS:
 
 nav = st.navigation(sections)
 st.sidebar.caption("ICLR 2025 Explorer · every number on a page is computed live.")
-nav.run()
+try:
+    nav.run()
+finally:
+    # once per server process, after the first page has drawn: load torch, librosa, scikit-learn, ... in the
+    # background, so the first page a visitor opens does not pay ~6 s of library start-up (components/prewarm.py)
+    prewarm.start()

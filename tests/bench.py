@@ -2,8 +2,9 @@
 
 Per built page, on the CPU (EXPLORER_FORCE_CPU=1):
 - cold default run: ``engine.run(Config())`` in a fresh process (median of N processes), and that
-  process's peak memory; and the same in a warm server process (torch already imported and one optimizer
-  step taken, as in a hosted app that has served another page; no result of this page cached);
+  process's peak memory; and the same in a warm server process (after the app's once-per-process background
+  warm-up of components/prewarm.py: libraries loaded, first optimizer step and first STFT taken; no result
+  of this page cached);
 - page render, cold and cache hit: the page opened headless with AppTest, then rendered again with
   the same settings (the second render is served by the shared result cache; median of N);
 - largest setting: ``engine.HEAVY_CONFIG`` when the engine defines it (one run, in a fresh process);
@@ -35,10 +36,11 @@ ENV = dict(os.environ, EXPLORER_FORCE_CPU="1", PYTHONPATH=str(ROOT))
 COLD = r"""
 import importlib, json, resource, sys, time
 if len(sys.argv) > 3 and sys.argv[3] == "warm":
-    # a server process that has already served some torch page: torch imported and one optimizer step taken
-    # (the first step imports torch._dynamo, about 1.2 s, once per process). Nothing of the page is cached.
-    import torch
-    _p = torch.nn.Parameter(torch.zeros(1)); _o = torch.optim.Adam([_p]); _p.sum().backward(); _o.step()
+    # a running server: app.py has done its once-per-process background warm-up (components/prewarm.py:
+    # torch and its first optimizer step, librosa's first STFT, scikit-learn, scipy, POT, ...).
+    # Nothing of the page is cached.
+    from components import prewarm
+    prewarm.warm()
 mod = importlib.import_module(sys.argv[1])
 cfg = getattr(mod, sys.argv[2])() if sys.argv[2] != "Config" else mod.Config()
 t = time.perf_counter(); res = mod.run(cfg); dt = time.perf_counter() - t

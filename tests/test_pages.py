@@ -94,14 +94,48 @@ def test_app_and_home_gallery():
 
 
 def test_app_start_does_not_import_torch():
+    import os
     import subprocess
     import sys
 
+    # the home gallery's render itself must not import torch; the background warm-up that app.py starts
+    # after the render is switched off here so that it cannot race the check (it has its own test below)
     code = ("import sys; from streamlit.testing.v1 import AppTest; "
             "at = AppTest.from_file('app.py', default_timeout=60).run(); "
             "assert not at.exception, at.exception; print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    env = dict(os.environ, EXPLORER_PREWARM="0")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env=env)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_app_warms_libraries_in_background_after_first_render():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from streamlit.testing.v1 import AppTest; "
+            "at = AppTest.from_file('app.py', default_timeout=60).run(); "
+            "assert not at.exception, at.exception; "
+            "from components import prewarm; t = prewarm._thread; "
+            "started = t is not None; t.join(300); again = prewarm.start() is t; "
+            "print(json.dumps({'started': started, 'alive': t.is_alive(), 'again': again, "
+            "'errors': prewarm.errors, 'steps': sorted(prewarm.timings), "
+            "'loaded': [m for m in prewarm.MODULES if m not in sys.modules]}))")
+    env = {k: v for k, v in os.environ.items() if k != "EXPLORER_PREWARM"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env=env)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["started"] and not got["alive"] and got["again"], got      # one thread per process, finished
+    assert got["errors"] == {}, got["errors"]
+    assert got["loaded"] == [], f"not loaded: {got['loaded']}"
+    assert {"torch first optimizer step", "librosa first STFT"} <= set(got["steps"])
+    # switched off, nothing starts
+    off = ("import os; os.environ['EXPLORER_PREWARM'] = '0'; from components import prewarm; "
+           "print(prewarm.start() is None)")
+    assert subprocess.run([sys.executable, "-c", off], capture_output=True, text=True, check=True,
+                          cwd=ROOT).stdout.strip() == "True"
 
 
 @pytest.mark.parametrize("paper", BUILT, ids=IDS)
