@@ -261,6 +261,10 @@ class BlendAgent(tnn.Module):
         v = torch.sigmoid(self.blend_logits)[None] * torch.stack([P["ball_close"], P["nothing_around"]], 1)
         return valuations_to_dist(v)
 
+    def neural_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """pi_neural(.|x) from the flattened image."""
+        return torch.softmax(self.actor(x), -1)
+
     def forward(self, img: torch.Tensor, z: torch.Tensor):
         """Mixture probabilities (n, A), value (n,), beta (n, 2)."""
         x = img.flatten(1)
@@ -268,12 +272,25 @@ class BlendAgent(tnn.Module):
         probs = torch.zeros(x.shape[0], len(ACTIONS))
         value = torch.zeros(x.shape[0])
         if self.kind != "logic":
-            probs = probs + b[:, :1] * torch.softmax(self.actor(x), -1)
+            probs = probs + b[:, :1] * self.neural_probs(x)
             value = value + b[:, 0] * self.critic(x)[:, 0]
         if self.kind != "neural":
             probs = probs + b[:, 1:] * self.logic_probs(z)
             value = value + b[:, 1] * self.logic_critic(z)[:, 0]
         return probs, value, b
+
+
+class ReflexBlend(BlendAgent):
+    """Diagnostic counterfactual (never trained, never a claim): a trained blend agent whose neural side is
+    replaced by a layout-free reflex, ``jump`` whenever the blender hands it control. Same gate, same rules."""
+
+    def __init__(self, blend: BlendAgent):
+        super().__init__("blend")
+        self.load_state_dict(blend.state_dict())
+        self.eval()
+
+    def neural_probs(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(torch.full((x.shape[0],), JUMP), len(ACTIONS)).float()
 
 
 # ============================================================================ PPO
@@ -361,13 +378,15 @@ def evaluate(agent: BlendAgent, variant: str, n: int, seed: int) -> dict:
 
 def evaluate_many(agent: BlendAgent, variants, n: int, seed: int) -> dict:
     """n sampled episodes per variant, all variants in one batch: success, mean return, progress (highest
-    floor reached, bell = 3, divided by 3), mean beta_n near (ball <= 2 cells) and far (no ball within 4)."""
+    floor reached, bell = 3, divided by 3), mean beta_n near (ball <= 2 cells) and far (no ball within 4), and
+    the share of visited states in which the neural side has control (beta_n > 0.5)."""
     envs = [Climber(n, v, np.random.default_rng(seed + 31 * k), auto_reset=False) for k, v in enumerate(variants)]
     gen = torch.Generator().manual_seed(seed)
     V = len(envs)
     alive = np.ones((V, n), bool)
     ret, succ, top = np.zeros((V, n)), np.zeros((V, n)), np.zeros((V, n))
     b_near, b_far = [[] for _ in envs], [[] for _ in envs]
+    n_vis, n_neur = np.zeros(V), np.zeros(V)
     while alive.any():
         img = torch.from_numpy(np.concatenate([e.image() for e in envs]))
         z = torch.from_numpy(np.concatenate([e.objects() for e in envs]))
@@ -379,6 +398,8 @@ def evaluate_many(agent: BlendAgent, variants, n: int, seed: int) -> dict:
         for k, env in enumerate(envs):
             b_near[k].append(bn[k][alive[k] & (dist[k] <= 2)])
             b_far[k].append(bn[k][alive[k] & (dist[k] > 4)])
+            n_vis[k] += alive[k].sum()
+            n_neur[k] += (alive[k] & (bn[k] > 0.5)).sum()
             r, d, info = env.step(a[k])
             ret[k] += (r - info["shaping"]) * alive[k]      # the game's own return, without the shaping
             succ[k] += info["goal"] * alive[k]
@@ -389,7 +410,8 @@ def evaluate_many(agent: BlendAgent, variants, n: int, seed: int) -> dict:
         bn, bf = np.concatenate(b_near[k]), np.concatenate(b_far[k])
         out[v] = dict(success=float(succ[k].mean()), ret=float(ret[k].mean()), progress=float(top[k].mean() / FLOORS),
                       beta_near=float(bn.mean()) if bn.size else float("nan"),
-                      beta_far=float(bf.mean()) if bf.size else float("nan"))
+                      beta_far=float(bf.mean()) if bf.size else float("nan"),
+                      neural_share=float(n_neur[k] / max(n_vis[k], 1)))
     return out
 
 
@@ -519,6 +541,14 @@ def run(config: Config, progress=None) -> Result:
             s, mir = table[k]["standard"][q], table[k]["mirrored"][q]
             # a ratio of two near-zero numbers says nothing: not measurable below 0.05
             m[f"keep_{q}_{k}"] = mir / s if s >= 0.05 else float("nan")
+    # diagnostic for the mirrored claim (not a claim): the same gate and rules with a layout-free neural side
+    # (jump whenever it has control), on the same evaluation episodes
+    rx = evaluate_many(ReflexBlend(bl), ("standard", "mirrored"), config.episodes, 1000 + 17 * config.seed)
+    m["reflex_progress"] = (rx["standard"]["progress"], rx["mirrored"]["progress"])
+    m["keep_progress_reflex"] = (rx["mirrored"]["progress"] / rx["standard"]["progress"]
+                                 if rx["standard"]["progress"] >= 0.05 else float("nan"))
+    m["neural_share"] = table["blend"]["standard"]["neural_share"]
+    m["neural_share_mirrored"] = table["blend"]["mirrored"]["neural_share"]
     return Result(table=table, episode=ep, beta_map=beta_map(bl),
                   rule_weights=torch.sigmoid(ra.rule_logits).detach().numpy() if ra.kind != "neural"
                   else torch.sigmoid(bl.rule_logits).detach().numpy(),
