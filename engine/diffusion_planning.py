@@ -15,8 +15,9 @@ is the same tensor for every variant (common random numbers), so MCSS with N = 1
 planner and variants are compared on paired episodes.
 
 Two more comparisons: selection vs guidance at equal compute (denoiser forward passes per decision, NFE: MCSS
-costs N x S, CFG 2 x S per plan; a second pass of episodes runs CFG with k plans at the best single-plan weight
-with the critic picking among them), and the Transformer denoiser vs a 1-D temporal U-Net trained the same way.
+costs N x S, CFG 2 x S per plan, S at w = 1 where the unconditional pass drops out, as in CleanDiffuser; a second
+pass of episodes runs CFG at the best single-plan weight with as many plans as the budgets 2 S and 4 S buy, the
+critic picking among them), and the Transformer denoiser vs a 1-D temporal U-Net trained the same way.
 
 Training: ``python -m engine.diffusion_planning train`` writes assets/diffusion-planning/dv_maze.pt (planner,
 critic, inverse dynamics); ``... train --denoiser unet`` writes dv_maze_unet.pt (the U-Net planner only, same data,
@@ -385,8 +386,9 @@ def sample_plans(planner, start: np.ndarray, noise: np.ndarray, weights: np.ndar
 
     start:   (B, 2) current positions in world units, in-painted as waypoint 0 after every step.
     noise:   (B, H, 2) initial Gaussian noise x_T.
-    weights: (B,) CFG weight per row; 0 = unconditional (condition dropped): one denoiser pass; rows with
-             w != 0 get a second, conditional pass with y* = ``target`` and eps = eps_0 + w (eps_y - eps_0).
+    weights: (B,) CFG weight per row, eps = eps_0 + w (eps_y - eps_0) with y* = ``target``. As in CleanDiffuser
+             (the paper's code base), w = 0 and w = 1 need one denoiser pass per step (eps_0, resp. the conditional
+             eps_y alone); any other w gets the unconditional pass plus a second, conditional one.
     """
     import torch
 
@@ -394,10 +396,11 @@ def sample_plans(planner, start: np.ndarray, noise: np.ndarray, weights: np.ndar
     x = torch.as_tensor(noise, dtype=torch.float32, device=dev).clone()
     p0 = torch.as_tensor(normalise(start), dtype=torch.float32, device=dev)
     w = torch.as_tensor(np.asarray(weights, dtype=np.float32), device=dev)
-    guided = torch.nonzero(w != 0).flatten()
+    guided = torch.nonzero((w != 0) & (w != 1)).flatten()
     n, g = len(x), len(guided)
     y = torch.full((n + g,), float(target), device=dev)
     use = torch.zeros(n + g, dtype=torch.bool, device=dev)
+    use[:n] = w == 1                                  # w = 1: the conditional pass is the whole prediction
     use[n:] = True
     x[:, 0] = p0
     with torch.inference_mode():
@@ -459,10 +462,15 @@ def nfe_per_decision(v: Variant, ddim_steps: int) -> int:
     """Denoiser forward passes (one plan row through the network) spent on one replanning decision.
 
     MCSS with N candidates: N x S (one batched pass per candidate and step); CFG: 2 x S per plan (the
-    conditional and the unconditional pass; k plans cost 2 k S); w = 0 needs only the unconditional pass.
+    conditional and the unconditional pass; k plans cost 2 k S), except w = 0 (only the unconditional pass) and
+    w = 1 (only the conditional pass: eps_0 + 1 (eps_y - eps_0) = eps_y), which cost S per plan.
     """
-    per_plan = 2 if (v.kind == "cfg" and v.w != 0) else 1
-    return v.plans * per_plan * ddim_steps
+    return v.plans * passes_per_plan(v) * ddim_steps
+
+
+def passes_per_plan(v: Variant) -> int:
+    """Denoiser passes per plan and DDIM step: 2 for CFG with w not in {0, 1}, else 1."""
+    return 2 if (v.kind == "cfg" and v.w not in (0, 1)) else 1
 
 
 MAX_CAND = 64            # noise tensors are drawn for this many candidates so every N sees the same noise
@@ -607,9 +615,9 @@ def load_bundle():
 W_GRIDS = ("1,2,4", "0.5,1,2", "2,4,8", "1", "4", "8", "0,1,2,4,8")
 SCALING_NS = (1, 2, 4, 8, 16, 32, 64)
 CLAIM_NS = (1, 4, 12)
-BASE_NS = (2, 4, 12)         # MCSS sizes always run (N = 2 and 4 are the equal-compute partners of CFG k = 1, 2)
-CFG_KS = (2,)                # CFG plans per decision beyond the single plan, at the best weight (NFE 4 S)
-CFG_KS_CURVE = (6, 16)       # added with the scaling curve (NFE 12 S and 32 S)
+BASE_NS = (2, 4, 12)         # MCSS sizes always run (N = 2 and 4 set the equal-compute budgets 2 S and 4 S)
+EQUAL_NFE = (2, 4)           # NFE budgets (in units of S) at which the claim pairs MCSS N = B with CFG
+CURVE_NFE = (12, 32)         # further CFG budgets added with the scaling curve
 COST_CAP_GFLOP = 370.0     # ≈ 14 s of one core at the cap (measured); keeps the largest setting < 30 s
 BACKBONES = ("transformer", "unet")
 BACKBONE_LABELS = {"transformer": "Transformer", "unet": "U-Net"}
@@ -666,9 +674,20 @@ def _variants(config: Config) -> list[Variant]:
     return vs
 
 
+def cfg_plans_at(budget: int, w: float) -> int:
+    """CFG plans per decision that cost ``budget`` x S denoiser passes at weight w (1 pass per step at w = 1)."""
+    return budget // passes_per_plan(Variant("", "cfg", w=w))
+
+
 def _second_pass(config: Config, w_best: float) -> list[Variant]:
-    """CFG with k plans at the best single-plan weight (+ critic selection), and the other backbone's arms."""
-    ks = CFG_KS + (CFG_KS_CURVE if config.scaling_curve else ())
+    """CFG with k plans at the best single-plan weight (+ critic selection), and the other backbone's arms.
+
+    k is chosen so that the arm spends exactly the NFE budget of its MCSS partner (``EQUAL_NFE``, and
+    ``CURVE_NFE`` with the curve): k = B / 2 plans for w not in {0, 1}, k = B plans at w = 1 (one pass per step).
+    A budget met by a single plan is the first pass's single-plan run and is not repeated.
+    """
+    budgets = EQUAL_NFE + (CURVE_NFE if config.scaling_curve else ())
+    ks = [k for k in (cfg_plans_at(b, w_best) for b in budgets) if k > 1]
     vs = [Variant(f"CFG w={w_best:g}, best of {k}", "cfg", n=k, w=w_best, backbone=config.denoiser) for k in ks]
     if config.compare_denoisers:
         o = _other(config.denoiser)
@@ -679,13 +698,20 @@ def _second_pass(config: Config, w_best: float) -> list[Variant]:
 
 
 def estimated_gflop(config: Config) -> float:
-    """Denoiser FLOPs of both passes (the best CFG weight is not known in advance; any nonzero one costs the same)."""
+    """Denoiser FLOPs of both passes; the best CFG weight is not known in advance, so the second pass is counted at
+    the most expensive weight the grid allows (w = 1 needs one more arm: its budget 2 S is two plans, not one)."""
     n_replans = math.ceil(EPISODE_STEPS / config.replan)
-    return sum(config.episodes * n_replans * nfe_per_decision(v, config.ddim_steps) * PLAN_FLOP[v.backbone]
-               for v in _variants(config) + _second_pass(config, 1.0)) / 1e9
+
+    def gflop(vs):
+        return sum(config.episodes * n_replans * nfe_per_decision(v, config.ddim_steps) * PLAN_FLOP[v.backbone]
+                   for v in vs) / 1e9
+
+    # every grid in W_GRIDS has a nonzero weight (run() tunes the k-plan arms over those)
+    return gflop(_variants(config)) + max(gflop(_second_pass(config, w)) for w in _weights(config.cfg_weights) if w)
 
 
-# both extras on at the default sizes (360 GFLOP, near the cap): 13.5 s CPU on one core, measured 2026-12-03.
+# both extras on at the default sizes (362 GFLOP, near the cap; 360 before CFG at w = 1 was counted at one pass
+# per step): 13.5 s CPU on one core, measured 2026-12-03 (15-17 s wall with the w = 1 change, busy machine).
 # The old cap of 500 GFLOP allowed 17.6 s CPU (23-34 s wall in a fresh, busy process, over the 30 s budget).
 HEAVY_CONFIG = Config(scaling_curve=True, compare_denoisers=True)
 
@@ -772,22 +798,24 @@ def run(config: Config, progress=None) -> Result:
     rho_end = spearman(cand_values, cand_end) if len(keep) > 2 else float("nan")
     scaling = {n: s_at(n) for n in SCALING_NS if n == 1 or f"MCSS N={n}" in succ} if config.scaling_curve else {}
 
-    # success vs denoiser passes per decision, main backbone: selection (MCSS, N = 1 is the unconditional
-    # planner) and guidance at the best weight with 1, 2, ... plans (the critic picks among k > 1)
-    mcss_pts = {1: succ["unconditional"]}
-    mcss_pts.update({v.n: succ[v.name] for v in v1 if v.kind == "mcss"})
-    cfg_pts = {1: succ[f"CFG w={w_best:g}"]}
-    cfg_pts.update({v.n: succ[v.name] for v in v2 if v.kind == "cfg"})
-    per_plan = nfe_per_decision(Variant("", "cfg", w=w_best), config.ddim_steps)
+    # success vs denoiser passes per decision (NFE), main backbone: selection (MCSS, N = 1 is the unconditional
+    # planner) and guidance at the best weight with 1, 2, ... plans (the critic picks among k > 1); both keyed by
+    # the NFE each arm actually spends (nfe_per_decision), so equal keys are equal compute
+    s_steps = config.ddim_steps
+    mcss_pts = {s_steps: succ["unconditional"]}
+    mcss_pts.update({nfe[v.name]: succ[v.name] for v in v1 if v.kind == "mcss"})
+    cfg_single = f"CFG w={w_best:g}"
+    cfg_pts = {nfe[cfg_single]: succ[cfg_single]}
+    cfg_pts.update({nfe[v.name]: succ[v.name] for v in v2 if v.kind == "cfg"})
     nfe_curves = {
-        "MCSS (selection)": (np.array([n * config.ddim_steps for n in sorted(mcss_pts)]),
-                             np.array([mcss_pts[n] for n in sorted(mcss_pts)])),
-        f"CFG w={w_best:g} (k plans, critic picks)": (np.array([k * per_plan for k in sorted(cfg_pts)]),
-                                                      np.array([cfg_pts[k] for k in sorted(cfg_pts)])),
+        "MCSS (selection)": (np.array(sorted(mcss_pts)), np.array([mcss_pts[x] for x in sorted(mcss_pts)])),
+        f"CFG w={w_best:g} (k plans, critic picks)": (np.array(sorted(cfg_pts)),
+                                                      np.array([cfg_pts[x] for x in sorted(cfg_pts)])),
     }
-    # equal compute: NFE 2S (MCSS N = 2 vs one CFG plan) and 4S (MCSS N = 4 vs CFG best of 2)
-    gap2 = succ["MCSS N=2"] - cfg_pts[1]
-    gap4 = succ["MCSS N=4"] - cfg_pts[2]
+    # equal compute: MCSS N = B against the CFG arm that spends the same B x S passes per decision
+    b2, b4 = (b * s_steps for b in EQUAL_NFE)
+    gap2 = mcss_pts[b2] - cfg_pts[b2]
+    gap4 = mcss_pts[b4] - cfg_pts[b4]
     m = {
         "success_mcss": succ[mc], "success_uncond": succ["unconditional"], "success_best_cfg": succ[best_cfg],
         "mcss_minus_uncond": succ[mc] - succ["unconditional"], "mcss_minus_best_cfg": succ[mc] - succ[best_cfg],
@@ -795,7 +823,8 @@ def run(config: Config, progress=None) -> Result:
         "scaling_gain": s_at(12) - s_at(1),
         "scaling_monotone_gap": min(s_at(4) - s_at(1), s_at(12) - s_at(4)),
         "critic_spearman_vs_distance": rho, "critic_spearman_vs_end_distance": rho_end,
-        "cfg_best_w": w_best, "success_cfg_k1": cfg_pts[1], "success_cfg_k2": cfg_pts[2],
+        "cfg_best_w": w_best, "success_cfg_nfe2S": cfg_pts[b2], "success_cfg_nfe4S": cfg_pts[b4],
+        "cfg_plans_nfe2S": cfg_plans_at(EQUAL_NFE[0], w_best), "cfg_plans_nfe4S": cfg_plans_at(EQUAL_NFE[1], w_best),
         "equal_nfe_gap_2S": gap2, "equal_nfe_gap_4S": gap4, "equal_nfe_gap": 0.5 * (gap2 + gap4),
         "estimated_gflop": estimated_gflop(config),
     }
@@ -816,6 +845,10 @@ def run(config: Config, progress=None) -> Result:
                   moment=sim["moment"], cand_values=cand_values, cand_dist=cand_dist, cand_end_dist=cand_end,
                   scaling=scaling, best_cfg=best_cfg, checkpoint_info=info, nfe=nfe, nfe_curves=nfe_curves,
                   unet_info=unet_info, metrics=m)
+
+
+def _plans(k: float) -> str:
+    return "one plan" if k == 1 else f"best of {k:.0f}"
 
 
 def claims(result: Result) -> list[Claim]:
@@ -847,13 +880,15 @@ def claims(result: Result) -> list[Claim]:
               detail="same episodes and noise for every N"),
         # threshold fixed before the equal-compute arms were first run: the tolerance of the claim above
         Claim("Selection matches or beats guidance at equal compute (denoiser passes per decision): MCSS with "
-              "2 and 4 candidates against CFG with 1 and 2 plans at its best weight, the critic picking among CFG "
-              "plans too.",
+              "2 and 4 candidates against CFG at its best weight with as many plans as the same passes buy, the "
+              "critic picking among CFG plans too.",
               measured=m["equal_nfe_gap"], op=">=", threshold=-0.05,
               label="mean success gap MCSS − CFG at NFE 2S and 4S", fmt=".2f",
               detail=f"NFE {2 * c.ddim_steps}: MCSS N=2 {m['success_n2']:.2f} vs CFG w={m['cfg_best_w']:g} "
-                     f"{m['success_cfg_k1']:.2f}; NFE {4 * c.ddim_steps}: MCSS N=4 {m['success_n4']:.2f} vs CFG "
-                     f"best of 2 {m['success_cfg_k2']:.2f} (w tuned on the single-plan runs of the same episodes)"),
+                     f"{_plans(m['cfg_plans_nfe2S'])} {m['success_cfg_nfe2S']:.2f}; NFE {4 * c.ddim_steps}: MCSS "
+                     f"N=4 {m['success_n4']:.2f} vs CFG {_plans(m['cfg_plans_nfe4S'])} {m['success_cfg_nfe4S']:.2f} "
+                     "(w tuned on the single-plan runs of the same episodes; a CFG plan costs 2 passes per step, "
+                     "1 at w = 1, where the unconditional pass drops out)"),
     ]
     if "backbone_gap" in m:
         # direction as the paper reports (Transformer better); threshold fixed before the U-Net was trained
