@@ -37,6 +37,75 @@ def test_batched_episode_labels_match_single_trajectories():
     assert mask[2].sum() == 7 - H + 2 and np.all(delta[2][mask[2]] == H)
 
 
+def _brute_labels(seq, water_flags, ended, H):
+    """Labels straight from the definition, by scanning forward along one episode.
+
+    seq: visited cells s_0..s_T (the last one is the cell the final move reached: water, goal or, when
+    the time limit cut the episode, an ordinary land cell). Returns {t: delta} for the states whose label is
+    determined by what was observed: a cost within H - 1 steps, or H - 1 observed safe steps after t, or
+    an episode that truly ended safely (the goal absorbs, no cost can follow).
+    """
+    out = {}
+    for t in range(len(seq) - 1):               # the last cell is not a state the agent acted in
+        delta = None
+        for j in range(1, H):
+            if t + j >= len(seq):
+                delta = H if ended else None     # goal reached: safe forever; cut: unknown
+                break
+            if water_flags[t + j]:
+                delta = j
+                break
+        else:
+            delta = H
+        if delta is not None:
+            out[t] = delta
+    return out
+
+
+def test_episode_labels_match_brute_force_on_random_rollouts():
+    # Random-walk episodes on the field map with a short time limit, so that deaths, goal arrivals and
+    # time-limit cuts all occur; the engine's batched labels must equal the forward scan above.
+    water, start, goal = eng.parse_map("field")
+    R, C = water.shape
+    nxt, wat = eng.next_cell(water), water.ravel()
+    s0, gi = start[0] * C + start[1], goal[0] * C + goal[1]
+    rng = np.random.default_rng(7)
+    H, limit = 6, 14
+    kinds = set()
+    for _ in range(300):
+        seq, p = [s0], s0
+        while True:
+            p = int(nxt[p, rng.integers(0, 4)])
+            seq.append(p)
+            if wat[p] or p == gi or len(seq) - 1 >= limit:
+                break
+        died, won = bool(wat[seq[-1]]), seq[-1] == gi
+        ended = died or won
+        kinds.add("died" if died else "goal" if won else "cut")
+        lens = len(seq) - 1
+        mask, delta = eng.episode_deltas(np.array([lens]), np.array([died]), np.array([ended]), H, limit + 1)
+        ref = _brute_labels(seq, [bool(wat[c]) for c in seq], ended and not died, H)
+        got = {t: int(delta[0, t]) for t in range(limit + 1) if mask[0, t]}
+        assert got == ref
+    assert kinds == {"died", "cut"} or kinds == {"died", "goal", "cut"}
+
+
+def test_perfect_state_centric_representation():
+    # The diagnostic "s2c_exact" input is the exact steps-to-cost distribution of the uniformly random policy:
+    # on the corridor between the strips (both neighbours above and below are hazards) P(delta = 1) is
+    # 1/2 * (moves into a hazard) for a random move, independent of the slip; far from the hazards it is 0.
+    water, start, goal = eng.parse_map("field")
+    R, C = water.shape
+    gi = goal[0] * C + goal[1]
+    H = 10
+    p = eng.bin_dist(eng.exact_steps_to_cost(np.full((R * C, 4), 0.25), water, gi, 0.1, H), H, 1)
+    assert np.allclose(p.sum(1), 1)
+    assert np.isclose(p[4 * C + 5, 0], 0.5)                  # corridor cell: up or down = hazard
+    assert np.isclose(p[0 * C + 0, :3].sum(), 0.0)           # corner, 6 steps from a hazard: no cost within 3
+    r = eng._train("s2c_exact", eng.Config(env_steps=5_000), 0)
+    assert np.isfinite(r["final_cost"]) and 0.0 <= r["eval_success"] <= 1.0
+
+
 def test_oracle_distance_is_bfs():
     for name in eng.MAPS:
         water, _, _ = eng.parse_map(name)
