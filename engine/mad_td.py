@@ -18,10 +18,17 @@ updated once per environment step by the deterministic policy gradient through i
 (a = -K s + noise), it is the policy of the TD target (y = r + gamma Qbar(s', -K s')) and, for MAD-TD, the model rows
 are generated at its current actions. Both quantities are closed form for the current K (Lyapunov equation): the
 overestimation Q_theta(s, -K s) - Q^K(s, -K s) on fixed states and the regret (J* - J(K_t)) / |J*| (inf once K is
-unstable). Measured at the default config, seeds 0-4: real-only actors became unstable in 7 of 20 paired runs,
-MAD-TD ones in 2, but the issue's median ratios (<= 0.5) hold only at seeds 2 and 3 (0.68-1.26 elsewhere): in this
-LQR the action enters Q weakly, so the critic's action slope, which drives the actor, is mostly error with or
-without model rows and both actors drift away from K*.
+unstable). At the default config the issue's median ratios (<= 0.5) fail at seeds 0 and 1 (0.68 / 0.68, 1.13 / 0.87)
+and pass at seed 2 only because most real-only actors there became unstable. Diagnosis (metrics *_slope_*, *_act_gap):
+the MAD-TD mechanism is implemented as in the paper (model rows at the actor's own current actions, exact row count,
+model reward, target at the actor's action; an exact model, f = 0.25, or the official schedule of one actor step per
+critic update give the same picture), but the actor-critic loop itself does not learn at this scale, at UTD 1 either:
+in both variants the critic's action slope dQ_theta/da at pi_K(s), which is all the deterministic policy gradient
+sees, is uncorrelated with the true slope (RMS error about equal to the true slope's size), so both actors drift from
+K_b (regret 0.52) to regret 2-4 or instability, although the same Adam schedule on the true gradient reaches regret
+0.02. Model rows pin the value at one action per state, not the slope across actions, and the actor's actions stay
+close to the logged ones (behaviour = actor + noise: about 0.3 away vs about 1.1 for the fixed pi* of claim 1), so the
+unobserved-action error MAD-TD corrects is not what drives these two quantities here.
 """
 
 from __future__ import annotations
@@ -114,6 +121,11 @@ class Result:
     slice_q: dict = field(default_factory=dict)   # "closed form" and variants -> Q(s0, a)
     slice_state: np.ndarray = field(default_factory=lambda: np.zeros(2))
     data_actions: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # diagnosis of claims 2-3, every variant "name @ UTD u" -> (seeds, P) at each checkpoint; on the buffer states:
+    act_gap: dict = field(default_factory=dict)     # mean |a_logged − π(s)|: how far the queried actions are from data
+    # on the 64 fixed states of the overestimation metric:
+    slope_err: dict = field(default_factory=dict)   # RMS of dQ_θ/da − dQ^π/da at (s, π(s)) (NaN: actor unstable)
+    slope_true: dict = field(default_factory=dict)  # RMS of the true dQ^π/da at (s, π(s)) (0 at the optimum K*)
     metrics: dict = field(default_factory=dict)
 
 
@@ -296,11 +308,16 @@ def actor_grad(crit: Critics, s: np.ndarray, K: np.ndarray) -> np.ndarray:
     return np.einsum("vn,vni->vi", dqda, s) / s.shape[1]
 
 
+def true_action_grad(s: np.ndarray, a: np.ndarray, P: np.ndarray, gamma: float) -> np.ndarray:
+    """dQ^K/da at (s, a) (s: (V, N, 2), a: (V, N)) for the linear policies with value matrices P (V, 2, 2)."""
+    m = s @ A_DYN.T + a[..., None] * B_DYN[:, 0]
+    return -(2 * R_C * a + 2 * gamma * np.einsum("vni,vi->vn", m, P @ B_DYN[:, 0]))
+
+
 def true_actor_grad(s: np.ndarray, K: np.ndarray, P: np.ndarray, gamma: float) -> np.ndarray:
     """The same DPG gradient as ``actor_grad`` but through the true Q^K (value matrix P (V, 2, 2)) instead of a critic."""
     a = -np.einsum("vni,vi->vn", s, K)
-    m = s @ A_DYN.T + a[..., None] * B_DYN[:, 0]
-    dqda = -(2 * R_C * a + 2 * gamma * np.einsum("vni,vi->vn", m, P @ B_DYN[:, 0]))
+    dqda = true_action_grad(s, a, P, gamma)
     return np.einsum("vn,vni->vi", dqda, s) / s.shape[1]
 
 
@@ -370,7 +387,7 @@ def train(cfg: Config, utd: int, variants: list[tuple[str, float, float, bool]],
     wr_exact = np.array([-1, -0.1, -R_C, 0, 0, 0.0])
     model = (np.broadcast_to(W_exact, (V, 3, 2)).copy(), np.broadcast_to(wr_exact, (V, 6)).copy())
     needs_model = np.flatnonzero(n_model > 0)
-    rec = {k: [] for k in ("step", "rmse", "bias", "over", "regret", "align")}
+    rec = {k: [] for k in ("step", "rmse", "bias", "act_gap", "slope_err", "slope_true", "over", "regret", "align")}
     gains, align = [], []                                  # align: cosine(critic DPG gradient, true DPG gradient)
     ka = 0
     for t in range(T):
@@ -416,8 +433,14 @@ def train(cfg: Config, utd: int, variants: list[tuple[str, float, float, bool]],
             ae = -eval_s @ K.T                                              # (M, V)
             es = np.broadcast_to(eval_s, (V,) + eval_s.shape)
             over = crit.q(es, ae.T) - q_from_P(es, ae.T, P, cfg.gamma)
+            # the action slope dQ/da at pi(s) on the same states, which steers the actor: critic's error vs true slope
+            slope_true = true_action_grad(es, ae.T, np.where(ok[:, None, None], P, np.nan), cfg.gamma)
+            slope_err = crit.action_grad(es, ae.T)[..., 0] - slope_true
             rec["step"].append(n)
             rec["rmse"].append(np.sqrt((err**2).mean(1)))
+            rec["act_gap"].append(np.abs(Aa[:, :n] - ap).mean(1))            # how far pi(s) is from the logged actions
+            rec["slope_err"].append(np.sqrt((slope_err**2).mean(1)))
+            rec["slope_true"].append(np.sqrt((slope_true**2).mean(1)))
             rec["bias"].append(err.mean(1))
             rec["over"].append(np.where(ok, over.mean(1), np.inf))
             rec["regret"].append((j_star - policy_return(K, cfg.gamma)) / abs(j_star))
@@ -428,7 +451,7 @@ def train(cfg: Config, utd: int, variants: list[tuple[str, float, float, bool]],
             align = []
             report(progress, span[0] + (span[1] - span[0]) * n / T, f"UTD {utd}: env step {n}/{T}")
     out = {k: np.array(v).T.reshape(n_s, nv, -1) for k, v in rec.items() if k != "step"}
-    out.update(steps=np.array(rec["step"]), K_star=K_star, K=K.reshape(n_s, nv, 2), j_star=j_star,
+    out.update(steps=np.array(rec["step"]), eval_s=eval_s, K_star=K_star, K=K.reshape(n_s, nv, 2), j_star=j_star,
                gain=np.array(gains).transpose(1, 0, 2).reshape(n_s, nv, -1, 2))
     if keep:
         out.update(crit=crit, S=S, A=Aa, nv=nv)
@@ -453,7 +476,7 @@ def run(config: Config, progress=None) -> Result:
     variants += [(AC_REAL, 0.0, 0.0, True), (AC_MAD, config.frac, mad_sigma, True)]
     utds = [config.utd] + ([2] if config.sweep and config.utd != 2 else [])
     rmse, bias, final, over, regret, gain, align = {}, {}, {}, {}, {}, {}, {}
-    late_over, worst_regret = {}, {}
+    late_over, worst_regret, act_gap, slope_err, slope_true = {}, {}, {}, {}, {}
     main = None
     for ui, u in enumerate(utds):
         sub = np.random.default_rng(config.seed * 1000 + 7)   # identical data streams across UTD values
@@ -464,6 +487,9 @@ def run(config: Config, progress=None) -> Result:
         late = out["steps"] > config.env_steps / 2                  # checkpoints of the second half
         for vi, (name, _, _, is_ac) in enumerate(vs):
             key = f"{name} @ UTD {u}"
+            act_gap[key] = out["act_gap"][:, vi]
+            slope_err[key] = out["slope_err"][:, vi]
+            slope_true[key] = out["slope_true"][:, vi]
             if not is_ac:
                 rmse[key] = out["rmse"][:, vi]
                 bias[key] = out["bias"][:, vi]
@@ -496,6 +522,18 @@ def run(config: Config, progress=None) -> Result:
     for name, key in (("real", ac_real), ("mad", ac_mad)):     # how well the critic's actor gradient points uphill
         al = align[key]
         m[f"{name}_align"] = float(np.median(np.nanmean(al, 1))) if np.isfinite(al).any(1).all() else float("nan")
+    # Diagnosis of claims 2-3. (i) How far the actor's actions are from the logged ones (evaluation variants: the
+    # fixed pi* is far from the behaviour policy). (ii) The actor follows dQ_θ/da at π_K(s): its error vs the true
+    # slope, 2nd-half checkpoints where the actor is stable, per seed, median over seeds.
+    late = main["steps"] > config.env_steps / 2
+    m["eval_act_gap"] = float(np.median(act_gap[real][:, -1]))
+    for name, key in (("real", ac_real), ("mad", ac_mad)):
+        m[f"{name}_act_gap"] = float(np.median(act_gap[key][:, late].mean(1)))
+        se, tr = slope_err[key][:, late], slope_true[key][:, late]
+        ok_ = np.isfinite(se) & np.isfinite(tr)
+        per_seed = [(se[i, ok_[i]].mean(), tr[i, ok_[i]].mean()) for i in range(len(se)) if ok_[i].any()]
+        m[f"{name}_slope_err"] = float(np.median([p[0] for p in per_seed])) if per_seed else float("nan")
+        m[f"{name}_slope_true"] = float(np.median([p[1] for p in per_seed])) if per_seed else float("nan")
     m["regret_K_B"] = float((main["j_star"] - policy_return(K_B, config.gamma)) / abs(main["j_star"]))
     m["j_star"] = float(main["j_star"])
     if config.sweep and u != 2:
@@ -523,7 +561,8 @@ def run(config: Config, progress=None) -> Result:
         slice_q[name] = qs[vi]
     report(progress, 1.0, "done")
     return Result(steps=main["steps"], rmse=rmse, bias=bias, final=final, over=over, regret=regret, gain=gain, align=align,
-                  late_over=late_over, worst_regret=worst_regret, heat=heat, heat_axis=g, K_star=K,
+                  late_over=late_over, worst_regret=worst_regret, act_gap=act_gap, slope_err=slope_err,
+                  slope_true=slope_true, heat=heat, heat_axis=g, K_star=K,
                   data_states=main["S"][0], slice_a=acts, slice_q=slice_q, slice_state=s0,
                   data_actions=main["A"][0], metrics=m | {"pi_s0": float(-s0 @ K)})
 

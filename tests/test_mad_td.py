@@ -31,6 +31,14 @@ def test_claims_at_default(default_result):
     assert claims[1].passed == (claims[1].measured <= 0.5) and claims[2].passed == (claims[2].measured <= 0.5)
     # unstable actors: real-only 7 of 20 paired runs over seeds 0-4, MAD-TD 2; MAD-TD <= real-only at each seed
     assert m["mad_diverged"] <= m["real_diverged"]
+    # The diagnosis the page gives (checked independently in test_slope_and_action_gap_diagnostics): the actor follows
+    # the critic's slope dQ/da at its actions, and in both variants that slope's RMS error is about the size of the true
+    # slope or larger (seeds 0/1/2: 1.45 vs 1.25, 1.43 vs 1.27, 4.24 vs 4.17 real-only; 1.53 vs 1.50, 1.61 vs 1.44,
+    # 2.11 vs 1.74 MAD-TD), so neither actor gets a usable gradient ...
+    for name in ("real", "mad"):
+        assert m[f"{name}_slope_err"] > 0.8 * m[f"{name}_slope_true"] > 0, name
+    # ... and the actors' actions stay near the logged ones (0.42 / 0.31), unlike the fixed pi* of claim 1 (1.09)
+    assert m["eval_act_gap"] > 2 * max(m["real_act_gap"], m["mad_act_gap"])
     for key, r in default_result.worst_regret.items():         # J* is optimal: no actor beats it
         assert np.all(r[np.isfinite(r)] > -1e-9), key
 
@@ -245,3 +253,51 @@ def test_too_expensive_settings_are_rejected_with_a_message():
     with pytest.raises(ValueError, match="would take about"):
         eng.Config(utd=32, env_steps=600, n_seeds=8, width=128, sweep=True)
     eng.Config(sweep=True)   # the sweep at default sizes is allowed
+
+
+def test_true_action_slope_against_finite_differences():
+    """dQ^K/da from the closed form, against finite differences of Q^K built from scipy's Lyapunov solution."""
+    gamma = 0.9
+    rng = np.random.default_rng(6)
+    Ks = np.array([eng.K_B, [1.0, 0.5]])
+    s = rng.uniform(-1, 1, (2, 7, 2))
+    a = rng.normal(size=(2, 7))
+    P, _ = eng.policy_value_matrices(Ks, gamma)
+    slope = eng.true_action_grad(s, a, P, gamma)
+    for v, K in enumerate(Ks):
+        Acl = eng.A_DYN - eng.B_DYN @ K[None]
+        Pl = scipy.linalg.solve_discrete_lyapunov(np.sqrt(gamma) * Acl.T, eng.Q_C + eng.R_C * np.outer(K, K))
+
+        def q(aa, v=v, Pl=Pl):
+            m = s[v] @ eng.A_DYN.T + aa[:, None] * eng.B_DYN[:, 0]
+            return -(np.einsum("ni,ij,nj->n", s[v], eng.Q_C, s[v]) + eng.R_C * aa**2
+                     + gamma * np.einsum("ni,ij,nj->n", m, Pl, m))
+
+        fd = (q(a[v] + 1e-5) - q(a[v] - 1e-5)) / 2e-5
+        assert np.allclose(slope[v], fd, atol=1e-6)
+
+
+def test_slope_and_action_gap_diagnostics():
+    """The recorded diagnostics at the last checkpoint, recomputed from the returned critic, data and actors."""
+    cfg = eng.Config(utd=2, env_steps=100, n_seeds=2, width=16)
+    variants = [("real", 0.0, 0.0, False), ("real ac", 0.0, 0.0, True), ("mad ac", 0.25, 0.0, True)]
+    out = eng.train(cfg, 2, variants, np.random.default_rng(3), keep=True)
+    crit, S, A = out["crit"], out["S"], out["A"]
+    K = out["K"].reshape(-1, 2)
+    E = np.broadcast_to(out["eval_s"], (len(K),) + out["eval_s"].shape)     # the slope is taken on these states
+    ap = -np.einsum("vni,vi->vn", E, K)
+    eps = 1e-2                                          # float32 critic: a wide step; ReLU kinks make it approximate
+    fd = (crit.q(E, ap + eps).astype(np.float64) - crit.q(E, ap - eps).astype(np.float64)) / (2 * eps)
+    for v, Kv in enumerate(K):
+        seed, vi = divmod(v, 3)
+        assert np.isclose(out["act_gap"][seed, vi, -1], np.abs(A[v] - (-S[v] @ Kv)).mean())   # on the buffer
+        Acl = eng.A_DYN - eng.B_DYN @ Kv[None]
+        if np.max(np.abs(np.linalg.eigvals(np.sqrt(cfg.gamma) * Acl))) >= 1:
+            assert np.isnan(out["slope_err"][seed, vi, -1])
+            continue
+        Pl = scipy.linalg.solve_discrete_lyapunov(np.sqrt(cfg.gamma) * Acl.T, eng.Q_C + eng.R_C * np.outer(Kv, Kv))
+        m = E[v] @ eng.A_DYN.T + ap[v][:, None] * eng.B_DYN[:, 0]
+        true = -(2 * eng.R_C * ap[v] + 2 * cfg.gamma * m @ Pl @ eng.B_DYN[:, 0])
+        assert np.isclose(out["slope_true"][seed, vi, -1], np.sqrt(np.mean(true**2)), rtol=1e-6)
+        assert np.isclose(out["slope_err"][seed, vi, -1], np.sqrt(np.mean((fd[v] - true) ** 2)), rtol=0.05, atol=1e-3)
+    assert np.allclose(out["slope_true"][:, 0], 0, atol=1e-9)   # the fixed pi* = -K* s is optimal: zero true slope
