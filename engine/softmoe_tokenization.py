@@ -359,8 +359,17 @@ def shipped_moe4_paths() -> list:
 
 
 def masking_analysis(cfg: Config):
-    """Greedy success of each shipped SoftMoE-4 (per-conv, one per training seed) with each single expert
-    masked out; the claim uses the worst drop over experts, averaged over the seeds."""
+    """Prune each single expert of each shipped SoftMoE-4 (per-conv, one per training seed) after training, without
+    retraining, and re-evaluate it (the paper's redundancy evidence is performance with experts pruned, compared
+    with the unpruned agent; whether its pruning happens during or after training we could not confirm — pruning
+    a finished network without letting the others adapt is the stricter of the two).
+
+    Pruning = removing the expert's slots: their combine logits are set to −∞, so every token's combine weights are
+    renormalised over the remaining slots, while dispatch (a softmax over tokens, per slot) of the kept slots is
+    unchanged — exactly a SoftMoE with that expert deleted (checked against a hand-built pruned layer in the tests).
+    Greedy success is exact: every (ball column, paddle start) pair is played once, deterministically. Alongside it,
+    a continuous view that does not depend on argmax ties: Q-error to Q* over all states, and how far the SoftMoE
+    output tokens move when the expert is removed (relative to their norm)."""
     from engine.core.nn import load_state
     paths = shipped_moe4_paths()
     if not paths:
@@ -368,26 +377,50 @@ def masking_analysis(cfg: Config):
     torch = _torch()
     t, b, p = all_states(SHIPPED_COLS)
     obs = observe(t, b, p, SHIPPED_COLS)
-    base, masked, mass = [], [], []
+    qstar = q_star(t, b, p, SHIPPED_COLS)
+    base, masked, mass, mse_base, mse_masked, out_change, cancel, expert_cos = [], [], [], [], [], [], [], []
     for path in paths:
         net = build("softmoe4_per_conv", SHIPPED_COLS)
         net.load_state_dict(load_state(path)["state"])
         net.eval()
+        moe = net.moe
         with torch.no_grad():
-            _, C = net.moe.weights(net.tokens(obs))
-        mass.append((C.sum(dim=(1, 3)).mean(0) / C.shape[1]).numpy())     # mean combine mass per expert
+            x = net.tokens(obs)
+            D, C = moe.weights(x)
+            mass.append((C.sum(dim=(1, 3)).mean(0) / C.shape[1]).numpy())     # mean combine mass per expert
+            out = moe(x)
+            # how much the experts' slot outputs cancel in the mixture: output-token norm / slot-output norm
+            xs = torch.einsum("bmnp,bmd->bnpd", D, x)
+            hid = torch.relu(torch.einsum("bnpd,ndh->bnph", xs, moe.w1) + moe.b1[:, None])
+            y = torch.einsum("bnph,nhd->bnpd", hid, moe.w2) + moe.b2[:, None]
+            cancel.append(float(out.norm(dim=-1).mean() / y.norm(dim=-1).mean()))
+            ey = y.mean(2)                                                    # (B, n, d) mean slot output per expert
+            cs = torch.nn.functional.cosine_similarity(ey[:, :, None], ey[:, None], dim=-1).mean(0)
+            expert_cos.append(float(cs[~torch.eye(moe.n, dtype=torch.bool)].mean()))
+            mse_base.append(float(((net.out(out.flatten(1)) - qstar) ** 2).mean()))
         base.append(greedy_success(net, SHIPPED_COLS))
-        row = []
-        for j in range(net.moe.n):
-            mask = torch.ones(net.moe.n)
+        row, mrow, crow = [], [], []
+        for j in range(moe.n):
+            mask = torch.ones(moe.n)
             mask[j] = 0
-            net.moe.expert_mask = mask
+            moe.expert_mask = mask
             row.append(greedy_success(net, SHIPPED_COLS))
-        net.moe.expert_mask = None
+            with torch.no_grad():
+                o_pruned = moe(x)
+                mrow.append(float(((net.out(o_pruned.flatten(1)) - qstar) ** 2).mean()))
+                crow.append(float((o_pruned - out).norm() / out.norm()))
+        moe.expert_mask = None
         masked.append(row)
+        mse_masked.append(mrow)
+        out_change.append(crow)
     base, masked = np.asarray(base), np.asarray(masked)
     return {"base": base, "masked": masked, "mass": np.asarray(mass),
-            "worst_drop": base - masked.min(1)}
+            "drop": base[:, None] - masked,                                    # (seeds, experts)
+            "worst_drop": base - masked.min(1),
+            "mse_base": np.asarray(mse_base), "mse_masked": np.asarray(mse_masked),
+            "out_change": np.asarray(out_change), "cancel": np.asarray(cancel),
+            "expert_cos": np.asarray(expert_cos),
+            "mse_zero": float((qstar ** 2).mean())}                            # Q-error of predicting 0 everywhere
 
 
 def final_stats(shipped: dict, key: str = "test_mse") -> dict:
@@ -434,7 +467,12 @@ def run(config: Config, progress=None) -> Result:
         metrics["moe1_gain_fraction"] = (base - moe1) / gain if gain > 1e-3 else float("-inf")
     if masking is not None:
         metrics["mask_base_success"] = float(masking["base"].mean())
+        metrics["mask_mean_drop"] = float(masking["drop"].mean())
         metrics["mask_worst_drop"] = float(masking["worst_drop"].mean())
+        metrics["mask_mse_base"] = float(masking["mse_base"].mean())
+        metrics["mask_mse_pruned"] = float(masking["mse_masked"].mean())
+        metrics["mask_out_change"] = float(masking["out_change"].mean())
+        metrics["mask_mse_zero"] = masking["mse_zero"]
     metrics["live_final_mse"] = float(curve["test_mse"][-1])
     metrics["live_final_success"] = float(curve["success"][-1])
     report(progress, 1.0, "done")
@@ -462,11 +500,19 @@ def claims(result: Result) -> list[Claim]:
                          label="(MSE dense − MSE SoftMoE-1) / (MSE dense − MSE SoftMoE-4)",
                          detail=f"SoftMoE-1 MSE {m['final_mse_softmoe1_per_conv_scaled']:.3f}; "
                                 "−inf when SoftMoE-4 has no gain to keep"))
-    if "mask_worst_drop" in m:
-        out.append(Claim("Experts are redundant: masking any one expert barely changes greedy success",
-                         measured=m["mask_worst_drop"], op="<=", threshold=0.15,
-                         label="worst drop in greedy success over experts (shipped SoftMoE-4, mean over seeds)",
-                         detail=f"unmasked success {m['mask_base_success']:.2f}"))
+    if "mask_mean_drop" in m:
+        # The paper's evidence for redundant experts is aggregate performance of a SoftMoE with experts pruned,
+        # compared with the unpruned agent (IQM over games and seeds), not the worst case over which expert is
+        # removed. So the measured value is the drop averaged over seeds and over which single expert is pruned;
+        # the worst case stays in the detail. Threshold 0.15 (catch rate, i.e. 0.3 in return) is the spec's,
+        # fixed before any of our numbers, for the paper's finding that pruning leaves performance largely intact.
+        out.append(Claim("Experts are redundant: pruning one expert of a trained SoftMoE-4 barely changes greedy "
+                         "success",
+                         measured=m["mask_mean_drop"], op="<=", threshold=0.15,
+                         label="mean drop in greedy success, one expert pruned (shipped SoftMoE-4, all seeds × experts)",
+                         detail=f"unpruned success {m['mask_base_success']:.2f}; worst expert per seed costs "
+                                f"{m['mask_worst_drop']:.2f}; Q-error to Q* {m['mask_mse_base']:.2f} → "
+                                f"{m['mask_mse_pruned']:.2f}"))
     return out
 
 
