@@ -62,17 +62,22 @@ if m["tp_trackstar"] < m["tp_adam_cos"]:
             f"{m['tp_adam_cos']:.3f} without it, {m['tp_trackstar']:.3f} with it) while attribution MRR goes from "
             f"{m['mrr_adam_cos']:.2f} to {m['mrr_trackstar']:.2f}. Each rung as a paired difference over the same "
             f"queries (± one standard error): {rungs}; a rung within about two standard errors of zero is noise. "
-            f"Why, as far as we measured: the model has seen each fact's passages about {m['epochs']:.0f} times, "
-            "so they are memorised and their gradients are small. One step on the passages that state the fact "
-            f"raises log p(answer) by {m['tp_sources']:.3f} ± {m['tp_sources_se']:.3f}, {vs} than a step on "
-            f"grad·grad's picks ({m['tp_grad_dot']:.3f}). The big gains come from high-loss passages that use the "
-            "answer word in another sentence; a step on them raises the answer's prior. Share of the patched "
-            f"passages that contain the answer word: Adam-corrected cosine {m['answer_share_adam_cos']:.0%}, "
-            f"TrackStar {m['answer_share_trackstar']:.0%}. Those passages have the largest gradients, so they "
-            f"dominate R_train, and R^(-1/2) turns exactly their directions down. {lam_note} We checked the "
-            "pipeline against independent computations (per-example gradients vs a backward loop, the AdamW step "
-            "vs torch, whitening vs numpy, BM25 by hand) and found no bug. The tail-patch step uses the "
-            "checkpoint's AdamW state, not plain SGD.", icon=":material/science:")
+            "Why, as far as we measured: a single small AdamW step is well described by its first-order effect, "
+            "η(1−β₁)/bc₁ · g_q·(g_z/√v̂), a dot product with the optimizer correction on one side, no R and no "
+            "normalisation. Over every patched (query, passage) pair on this run, that prediction and the measured Δ "
+            f"correlate at r = {m['tp_first_order_r']:.2f}. So at this scale the passages that a step on moves "
+            "log p(answer) most are simply those with the largest Adam-scaled gradient along the query's, and every "
+            "transformation away from that score (R^(-1/2) in particular) ranks them lower. The model has seen each "
+            f"fact's passages about {m['epochs']:.0f} times, so they are memorised and their gradients are small: one "
+            f"step on the passages that state the fact raises log p(answer) by {m['tp_sources']:.3f} ± "
+            f"{m['tp_sources_se']:.3f}, {vs} than a step on grad·grad's picks ({m['tp_grad_dot']:.3f}). The big gains "
+            "come from high-loss passages that use the answer word in another sentence; a step on them raises the "
+            "answer's prior. Share of the patched passages that contain the answer word: Adam-corrected cosine "
+            f"{m['answer_share_adam_cos']:.0%}, TrackStar {m['answer_share_trackstar']:.0%}. Those passages have the "
+            f"largest gradients, so they dominate R_train, and R^(-1/2) turns exactly their directions down. {lam_note} "
+            "We checked the pipeline against independent computations (per-example gradients vs a backward loop, the "
+            "AdamW step and the tail-patch gain vs torch's optimizer, whitening vs numpy, BM25 by hand) and found no "
+            "bug. The tail-patch step uses the checkpoint's AdamW state, not plain SGD.", icon=":material/science:")
 if m["mrr_bm25"] <= m["mrr_trackstar"]:
     st.info("No misalignment at this scale: TrackStar finds the stating passages as well as BM25 does.")
 
@@ -88,7 +93,8 @@ NAMES["custom"] = "yours: " + ("+".join(switches) if switches else "raw dot")
 names = [NAMES[k] for k in res.methods]
 st.caption("The ladder adds one correction per bar (grad·grad → unit norm → Adam correction → Hessian "
            "whitening); the last bar is the combination of switches chosen under \"Your combination\" in "
-           "the sidebar.")
+           "the sidebar. The ladder badge asks that each rung raises tail-patch; the rung-by-rung paired "
+           "differences and their standard errors are in its detail.")
 st.subheader("Attribution: does the list contain a passage that states the fact?")
 st.caption("Averaged over all 240 queries. MRR uses the rank of the first passage that states the query's fact; "
            "recall@10 is the share of those passages found in the top 10, precision@10 the share of the top 10 "
@@ -104,7 +110,10 @@ download.download_csv(pd.DataFrame({"method": res.methods, "mrr": res.mrr, "reca
 st.subheader("Influence: does a training step on the retrieved passages raise log p(answer)?")
 st.caption(f"Tail-patch over {len(res.tp_query_ids)} sampled queries: for each of a method's top {cfg.tp_k} "
            "passages, one AdamW step from the final checkpoint and optimizer state, then the change in "
-           "log p(answer | prompt), averaged. Error bars: one standard error over queries.")
+           "log p(answer | prompt), averaged. The change is measured against the same step with a zero gradient: "
+           "the saved momentum and weight decay alone move log p(answer) by "
+           f"{m['tp_drift']:+.3f} on these queries whatever passage is patched, so that drift is taken out and 0 "
+           "means no influence. Error bars: one standard error over queries.")
 fig = charts.bars(names, res.tp_mean, title="Mean tail-patch Δ log p per method", ylabel="Δ log p(answer)",
                   errors=res.tp_se, height=400, text_fmt=".3f")
 fig.add_hline(y=res.tp_self, line_dash="dot", annotation_text="step on the query itself")
@@ -222,8 +231,10 @@ idf). The query is prompt + answer.
 **Tail-patch.** From $\theta$ and the saved AdamW moments $(m, v)$, one step on passage $z$:
 $m' = \beta_1 m + (1-\beta_1) g$, $v' = \beta_2 v + (1-\beta_2) g^2$,
 $\theta' = \theta(1-\eta\lambda_{wd}) - \eta\,\frac{m'/(1-\beta_1^{t+1})}{\sqrt{v'/(1-\beta_2^{t+1})}+\epsilon}$; the
-influence is $\log p_{\theta'}(\text{answer}\mid\text{prompt}) - \log p_\theta(\cdot)$. Every pair restarts from the
-same state.
+influence is $\log p_{\theta'}(\text{answer}\mid\text{prompt}) - \log p_{\theta'_0}(\cdot)$, where $\theta'_0$ is the
+same step taken with $g = 0$ (only the saved momentum and weight decay act), so a passage without influence scores 0.
+Every pair restarts from the same state. To first order the gain is
+$\eta(1-\beta_1)/(1-\beta_1^{t+1})\; g_q\cdot(g_z/\sqrt{\hat v+\epsilon})$ (shown on the page as a correlation).
 
 **Leave-some-out retraining (opt-in).** For a query group $G$ and a method, remove
 $S = \bigcup_{q\in G} \text{top-}k(q)$ from the training set, continue AdamW from the checkpoint for $T$ steps
