@@ -267,8 +267,9 @@ def train(method: str, nominal, failure, K: int, steps: int, seed: int, device, 
 def _stack_flows(flows, E: int | None = None):
     """The parameters of several flows as one leaf tensor ``theta`` of shape (E, n_params), so that E flows
     train in one batched pass with one optimiser call and one clipping pass. ``flows``: a list of flows, or one
-    flow copied E times. Returns (theta, views): ``views(theta)`` gives per layer [W1, b1, W2, b2, W3, b3] with
-    W of shape (E, in, out) and b of shape (E, 1, out), each a view into theta."""
+    flow copied E times. Returns (theta, views): ``views(theta)`` gives per layer [W1o, W1c, b1, W2, b2, W3, b3]
+    with W of shape (E, in, out) and b of shape (E, 1, out), each a view into theta; W1o and W1c are the rows of
+    the first layer's W1 (input [other coordinate, label c]) for the other coordinate and for the label."""
     import torch
 
     flows = [flows] * E if E is not None else list(flows)
@@ -276,8 +277,9 @@ def _stack_flows(flows, E: int | None = None):
     for flow in flows:
         flat, shapes = [], []
         for layer in flow.layers:
-            for m in (m for m in layer.net if isinstance(m, torch.nn.Linear)):
-                shapes += [tuple(m.weight.T.shape), (1, m.bias.shape[0])]
+            for j, m in enumerate(m for m in layer.net if isinstance(m, torch.nn.Linear)):
+                n_in, n_out = m.weight.T.shape
+                shapes += ([(1, n_out), (n_in - 1, n_out)] if j == 0 else [(n_in, n_out)]) + [(1, n_out)]
                 flat += [m.weight.detach().T.reshape(-1), m.bias.detach().reshape(-1)]
         rows.append(torch.cat(flat))
     theta = torch.stack(rows).requires_grad_(True)
@@ -285,54 +287,102 @@ def _stack_flows(flows, E: int | None = None):
 
     def views(t):
         parts = [p.view(len(t), *sh) for p, sh in zip(torch.split(t, sizes, dim=1), shapes)]
-        return [parts[i:i + 6] for i in range(0, len(parts), 6)]
+        return [parts[i:i + 7] for i in range(0, len(parts), 7)]
 
     return theta, views
 
 
-def _stacked_st(group, other, c):
-    """Scale and shift of one coupling layer for E stacked flows (same as Coupling._st)."""
+# tanh of tensors at least this large (on the CPU) by numpy: its vectorised tanh is several times faster than
+# torch's (whose scalar-rate kernel made tanh the largest single cost of training), within one ulp of it; the
+# gradient is torch's own tanh_backward of the output. Smaller tensors: torch.tanh (less call overhead).
+NP_TANH_MIN = 8192
+_NP_TANH = []
+
+
+def _tanh(x):
     import torch
 
-    W1, b1, W2, b2, W3, b3 = group
-    h = torch.tanh(torch.baddbmm(b1, torch.cat([other, c], -1), W1))
-    h = torch.tanh(torch.baddbmm(b2, h, W2))
-    out = torch.baddbmm(b3, h, W3)
-    return 2.0 * torch.tanh(out[..., :1]), out[..., 1:]
+    if x.numel() < NP_TANH_MIN or x.device.type != "cpu":
+        return torch.tanh(x)
+    if not _NP_TANH:
+        class NpTanh(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, v):
+                y = torch.from_numpy(np.tanh(v.detach().numpy()))
+                ctx.save_for_backward(y)
+                return y
+
+            @staticmethod
+            def backward(ctx, g):
+                (y,) = ctx.saved_tensors
+                return torch.ops.aten.tanh_backward(g, y)
+
+        _NP_TANH.append(NpTanh.apply)
+    return _NP_TANH[0](x)
+
+
+def _label_part(P, c):
+    """b1 + c @ W1[label rows] of every coupling layer in one batched product: the part of the first hidden
+    layer's input that the label contributes. c (E, B, K), or (E, 1, K) for one label per flow (then computed
+    once per flow rather than per row). Returns per layer an (E, B or 1, hidden) tensor."""
+    import torch
+
+    W = torch.cat([g[1] for g in P], -1)
+    b = torch.cat([g[2] for g in P], -1)
+    return torch.baddbmm(b, c, W).split(P[0][0].shape[-1], -1)
+
+
+def _stacked_st(group, other, pre):
+    """Scale and shift of one coupling layer for E stacked flows (same as Coupling._st, whose first layer sees
+    cat([other, c]): here b1 + c @ W1c comes in precomputed as ``pre``). other: (E, B, 1) -> s, t (E, B, 1)."""
+    import torch
+
+    W1o, _, _, W2, b2, W3, b3 = group
+    h = _tanh(torch.baddbmm(pre, other, W1o))
+    h = _tanh(torch.baddbmm(b2, h, W2))
+    s, t = torch.baddbmm(b3, h, W3).split(1, -1)
+    return 2.0 * torch.tanh(s), t
+
+
+def _log_prob_xy(P, x, pre):
+    """log q(x; c) (E, B) of E stacked flows with the coordinates apart: x = [x0, x1], each (E, B, 1); pre from
+    :func:`_label_part`. No slices or concatenations per layer: a coupling layer rewrites one coordinate."""
+    x, logdet = list(x), None
+    for i, (group, p) in enumerate(zip(P, pre)):
+        d = i % 2
+        sc, t = _stacked_st(group, x[1 - d], p)
+        x[d] = x[d] * sc.exp() + t
+        logdet = sc if logdet is None else logdet + sc
+    return (-0.5 * (x[0] * x[0] + x[1] * x[1]) - math.log(2 * math.pi) + logdet)[..., 0]
+
+
+def _inverse_xy(P, z, pre):
+    """Base -> data map with the coordinates apart (as :func:`_log_prob_xy`): ([x0, x1], log q(x; c))."""
+    x, logdet = list(z), None
+    lp_base = -0.5 * (x[0] * x[0] + x[1] * x[1]) - math.log(2 * math.pi)
+    for i in reversed(range(len(P))):
+        d = i % 2
+        sc, t = _stacked_st(P[i], x[1 - d], pre[i])
+        x[d] = (x[d] - t) * (-sc).exp()
+        logdet = sc if logdet is None else logdet + sc
+    return x, (lp_base + logdet)[..., 0]
 
 
 def _stacked_log_prob(P, x, c):
-    """log q(x; c) of E stacked flows: x (E, B, 2), c (E, B, K) -> (E, B). Same maps as Flow.log_prob."""
-    import torch
-
-    logdet = torch.zeros(x.shape[:2], dtype=x.dtype, device=x.device)
-    for i, group in enumerate(P):
-        d = i % 2
-        xd, xo = x[..., d:d + 1], x[..., 1 - d:2 - d]
-        sc, t = _stacked_st(group, xo, c)
-        yd = xd * torch.exp(sc) + t
-        x = torch.cat([yd, xo], -1) if d == 0 else torch.cat([xo, yd], -1)
-        logdet = logdet + sc[..., 0]
-    return -0.5 * (x ** 2).sum(-1) - math.log(2 * math.pi) + logdet
+    """log q(x; c) of E stacked flows: x (E, B, 2), c (E, B, K) or (E, 1, K) -> (E, B). Same maps as
+    Flow.log_prob."""
+    return _log_prob_xy(P, x.split(1, -1), _label_part(P, c))
 
 
 def _stacked_inverse(P, z, c):
-    """Base -> data map of E stacked flows: z (E, B, 2), c (E, B, K) -> (x, log q(x; c)). Same maps as
-    Flow.sample; log q(x; c) = log N(z) + sum of the layers' log-scales, which the inverse pass meets on the
-    way (each layer's conditioner sees the untouched coordinate, equal in both directions), so that no
+    """Base -> data map of E stacked flows: z (E, B, 2), c (E, B, K) or (E, 1, K) -> (x, log q(x; c)). Same
+    maps as Flow.sample; log q(x; c) = log N(z) + sum of the layers' log-scales, which the inverse pass meets on
+    the way (each layer's conditioner sees the untouched coordinate, equal in both directions), so that no
     forward pass is needed for it."""
     import torch
 
-    logdet = torch.zeros(z.shape[:2], dtype=z.dtype, device=z.device)
-    lp_base = -0.5 * (z ** 2).sum(-1) - math.log(2 * math.pi)
-    for i in reversed(range(len(P))):
-        d = i % 2
-        yd, yo = z[..., d:d + 1], z[..., 1 - d:2 - d]
-        sc, t = _stacked_st(P[i], yo, c)
-        xd = (yd - t) * torch.exp(-sc)
-        z = torch.cat([xd, yo], -1) if d == 0 else torch.cat([yo, xd], -1)
-        logdet = logdet + sc[..., 0]
-    return z, lp_base + logdet
+    x, lp = _inverse_xy(P, z.split(1, -1), _label_part(P, c))
+    return torch.cat(x, -1), lp
 
 
 def _unstack_flow(P, e: int, K: int):
@@ -340,8 +390,9 @@ def _unstack_flow(P, e: int, K: int):
 
     flow = _build_flow(K)
     with torch.no_grad():
-        for layer, group in zip(flow.layers, P):
+        for layer, (W1o, W1c, *group) in zip(flow.layers, P):
             lin = [m for m in layer.net if isinstance(m, torch.nn.Linear)]
+            group[:0] = [torch.cat([W1o, W1c], 1)]
             for j, m in enumerate(lin):
                 m.weight.copy_(group[2 * j][e].T)
                 m.bias.copy_(group[2 * j + 1][e, 0])
@@ -432,14 +483,14 @@ def train_stacked(jobs: list[Job], K: int, steps: int, device, cal_lr: float = 0
                                   for _, (_, cnt), m in rows]))
         elif j.method == "pooled":
             pooled[i] = torch.cat([noms[i], fails[i]])
-    fail_cal = torch.stack([fails[i] for i in cal]) if cal else None
+    fail_cal = [v.contiguous() for v in torch.stack([fails[i] for i in cal]).split(1, -1)] if cal else None
 
     def calibrate():
         if cal_lr <= 0 or not cal:
             return
         # the flows are held fixed here: detached weights keep their views out of the autograd graph
         P_cal = views(theta.detach()[cal_rows])
-        lp = _stacked_log_prob(P_cal, fail_cal, c_star[:, None, :].expand(-1, nf, -1)).mean(1).sum()
+        lp = _log_prob_xy(P_cal, fail_cal, _label_part(P_cal, c_star[:, None, :])).mean(1).sum()
         (g,) = torch.autograd.grad(-lp, [c_star])
         cal_opt.zero_grad()
         c_star.grad = g
@@ -468,13 +519,13 @@ def train_stacked(jobs: list[Job], K: int, steps: int, device, cal_lr: float = 0
     # every job's rows padded to one length B (padding rows carry weight 0); only drawn rows and c* change
     lay = [layout(i) for i in range(E)]
     B = max((0 if s is None else NOMINAL_BATCH) + len(x) for s, x, _, _ in lay)
-    X0 = torch.zeros(E, B, 2, device=device)
+    X0 = torch.zeros(E, 2, B, 1, device=device)  # coordinates apart: each a contiguous (E, B, 1) block
     C0 = torch.zeros(E, B, K, device=device)  # drawn rows: nominal (or pooled) label 0
     Wt = torch.zeros(E, B, device=device)
     for i, (s, x, c, w) in enumerate(lay):
         a = 0 if s is None else NOMINAL_BATCH
         Wt[i, :a] = 1.0 / NOMINAL_BATCH
-        X0[i, a:a + len(x)], C0[i, a:a + len(x)], Wt[i, a:a + len(x)] = x, c, w
+        X0[i, :, a:a + len(x), 0], C0[i, a:a + len(x)], Wt[i, a:a + len(x)] = x.T, c, w
     cal_slot = slice(NOMINAL_BATCH, NOMINAL_BATCH + nf)
     kl_rows = _rows(kl_jobs)
     kl_w = torch.tensor([beta if jobs[i].method == "betanf" else BALANCE_WEIGHT for i in kl_jobs], device=device)
@@ -484,11 +535,11 @@ def train_stacked(jobs: list[Job], K: int, steps: int, device, cal_lr: float = 0
         X, C = X0.clone(), C0.clone()
         for i, (s, _, _, _) in enumerate(lay):
             if s is not None:
-                X[i, :NOMINAL_BATCH] = s[torch.randint(0, len(s), (NOMINAL_BATCH,), generator=gens[i]).to(device)]
+                X[i, :, :NOMINAL_BATCH, 0] = s[torch.randint(0, len(s), (NOMINAL_BATCH,), generator=gens[i]).to(device)].T
         if cal:
             C[cal_rows, cal_slot] = c_star.detach()[:, None, :]
         P = views(theta)
-        loss = -(_stacked_log_prob(P, X, C) * Wt).sum()
+        loss = -(_log_prob_xy(P, X.unbind(1), _label_part(P, C)) * Wt).sum()
         if kl_jobs:  # + w * Monte-Carlo KL(q(.; c_p) || q(.; c_q)) with reparameterised samples, as kl_mc
             n = KL_SAMPLES
             cp, cq, z = [], [], []
@@ -500,9 +551,10 @@ def train_stacked(jobs: list[Job], K: int, steps: int, device, cal_lr: float = 0
                     cp.append(ones[0]), cq.append(zeros[0])
                 z.append(torch.randn(n, 2, generator=gens[i]))
             # only the KL jobs' parameters: both passes are compute-bound, so fewer rows beat fewer slices
-            P_k = [[w[kl_rows] for w in group] for group in P]
-            x, lp_p = _stacked_inverse(P_k, torch.stack(z).to(device), torch.stack(cp)[:, None].expand(-1, n, K))
-            lp_q = _stacked_log_prob(P_k, x, torch.stack(cq)[:, None].expand(-1, n, K))
+            # (one label per flow: its part of the first layer computed once, not per sample)
+            P_k = views(theta[kl_rows])
+            x, lp_p = _inverse_xy(P_k, torch.stack(z).to(device).split(1, -1), _label_part(P_k, torch.stack(cp)[:, None]))
+            lp_q = _log_prob_xy(P_k, x, _label_part(P_k, torch.stack(cq)[:, None]))
             loss = loss + (kl_w * (lp_p - lp_q).mean(1)).sum()
         return loss
 
