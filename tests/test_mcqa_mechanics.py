@@ -134,8 +134,9 @@ def test_lens_at_the_last_layer_is_the_model_output(model, pairs):
     assert np.allclose(ref, out, atol=1e-4)
 
 
-def _numpy_forward(sd, arch, ids, head_patch=None):
-    """Independent float64 forward pass from the state dict; head_patch = (layer, head, positions, z_src)."""
+def _numpy_forward(sd, arch, ids, head_patch=None, resids=None):
+    """Independent float64 forward pass from the state dict; head_patch = (layer, head, positions, z_src);
+    resids, a list, receives the residual stream before block 0, 1, ... and after the last block."""
     d, H = arch.d_model, arch.n_heads
     dh = d // H
 
@@ -146,6 +147,8 @@ def _numpy_forward(sd, arch, ids, head_patch=None):
     x = sd["tok.weight"][ids] + sd["pos.weight"][:T]
     zs = []
     for li in range(arch.n_layers):
+        if resids is not None:
+            resids.append(x.copy())
         p = f"blocks.{li}."
         qkv = ln(x, sd[p + "ln1.weight"], sd[p + "ln1.bias"]) @ sd[p + "qkv.weight"].T + sd[p + "qkv.bias"]
         q, k, v = (qkv[..., i * d:(i + 1) * d].reshape(B, T, H, dh).transpose(0, 2, 1, 3) for i in range(3))
@@ -162,6 +165,8 @@ def _numpy_forward(sd, arch, ids, head_patch=None):
         hdn = ln(x, sd[p + "ln2.weight"], sd[p + "ln2.bias"]) @ sd[p + "mlp.0.weight"].T + sd[p + "mlp.0.bias"]
         hdn = 0.5 * hdn * (1 + erf(hdn / np.sqrt(2)))
         x = x + hdn @ sd[p + "mlp.2.weight"].T + sd[p + "mlp.2.bias"]
+    if resids is not None:
+        resids.append(x.copy())
     logits = ln(x, sd["ln_f.weight"], sd["ln_f.bias"]) @ sd["unembed.weight"].T
     return logits, zs
 
@@ -187,3 +192,58 @@ def test_patching_maps_have_the_exact_zeros_and_ones(res):
     assert np.allclose(r[-1, :-1], 0.0, atol=1e-6)  # the final residual elsewhere cannot reach the output
     assert np.allclose(r[0, :3], 0.0, atol=1e-6)  # Q, the item and '?' are the same in both prompts
     assert r[0, -1] == pytest.approx(0.0, abs=1e-6)  # so is the 'Answer' token's embedding
+
+
+def test_lens_at_every_layer_is_final_norm_then_unembedding_at_the_last_position(model):
+    """The vocabulary projection of every layer, rebuilt from an independent NumPy forward pass: the residual
+    stream at the 'Answer' position (where the letter is predicted), the final LayerNorm, then W_U; and
+    'decodable' is the argmax among the four letters. Index l = the stream after l blocks (0 = embeddings)."""
+    b = eng.sample_prompts(300, np.random.default_rng(11), p_shuffled=0.5)
+    sd = {k: v.double().numpy() for k, v in model.state_dict().items()}
+    resids: list = []
+    _numpy_forward(sd, model.arch, b.ids, resids=resids)
+    assert len(resids) == model.arch.n_layers + 1
+    got = eng.lens_by_layer(model, b, "cpu")
+    for li, x in enumerate(resids):
+        h = x[:, eng.SEQ_LEN - 1]
+        hn = (h - h.mean(1, keepdims=True)) / np.sqrt(h.var(1, keepdims=True) + 1e-5) * sd["ln_f.weight"] + sd["ln_f.bias"]
+        letters = (hn @ sd["unembed.weight"].T)[:, eng.LETTER_IDS]
+        assert np.allclose(letters, got["letters"][li], atol=1e-3), li
+        assert got["acc"][li] == pytest.approx(float((letters.argmax(1) == b.answer).mean()), abs=1e-9)
+    # the embedding layer holds the same 'Answer' token at the same position in every prompt: nothing to read
+    assert np.ptp(got["letters"][0], axis=0).max() < 1e-5
+
+
+def test_linear_read_out_agrees_with_scikit_learn(model):
+    """The least-squares read-out behind the page's 'the letter is already there' numbers, against
+    scikit-learn's RidgeClassifier on the same standardised features and split (same model up to the
+    intercept's tiny penalty); the embedding layer, identical in every prompt, reads nothing."""
+    from sklearn.linear_model import RidgeClassifier
+
+    b = eng.sample_prompts(eng.N_PROBE, np.random.default_rng(12), p_shuffled=1.0)
+    n = eng.N_PROBE // 2
+    got = eng.probe_by_layer(model, b, n, "cpu")
+    cache = {}
+    _logits(model, b.ids, cache=cache)
+    x = cache["resid"][:, :, -1].double().numpy()
+    for li in range(1, model.arch.n_layers + 1):
+        mu, sd = x[li, :n].mean(0), x[li, :n].std(0) + 1e-6
+        for name, y in (("letter", b.answer), ("slot", b.slot)):
+            clf = RidgeClassifier(alpha=1e-5 * n).fit((x[li, :n] - mu) / sd, y[:n])
+            assert abs(got[name][li] - clf.score((x[li, n:] - mu) / sd, y[n:])) <= 0.01, (li, name)
+    assert abs(got["letter"][0] - 0.25) < 0.07  # constant input: one class predicted for all
+
+
+def test_probe_fields_in_result(res):
+    assert res.probe_letter.shape == res.probe_slot.shape == (res.n_layers + 1,)
+    first = res.metrics["probe_first_layer"]
+    assert np.isnan(first) or res.probe_letter[int(first)] >= eng.LENS_BAR
+
+
+def test_next_token_loss_option_adds_the_uniform_cross_entropy_at_init():
+    """The experiment's next-token loss (off for the shipped model): at initialisation the logits are nearly
+    uniform, so the first step's loss grows by about ln |V| over the same step without it."""
+    arch = eng.Arch(d_model=16, n_layers=1, n_heads=2)
+    _, base = eng.train(arch, 1, 0, batch=32)
+    _, lm = eng.train(arch, 1, 0, batch=32, lm_weight=1.0)
+    assert lm[0] - base[0] == pytest.approx(np.log(len(eng.VOCAB)), abs=0.05)
