@@ -245,13 +245,20 @@ def _torch_adamw_step(params, m, v, step, loss_fn=None):
     return {k: t.detach() for k, t in p.items()}
 
 
+def _patch_setup(ckpt):
+    """Checkpoint state, world, parameter shapes, a flattener and the encoded passages (shared by the tail-patch tests)."""
+    params, m, v, step, _ = ckpt
+    shapes = {k: tuple(t.shape) for k, t in params.items()}
+
+    def flat(d):
+        return torch.cat([d[k].reshape(-1) for k in params])
+
+    return params, m, v, step, eng.WORLD, shapes, flat, eng.encode_passages(eng.WORLD)
+
+
 def test_tail_patch_gain_matches_torch_and_removes_the_momentum_drift(ckpt, default_result):
     """Δ = log p after a torch AdamW step on the passage − log p after the same step with a zero gradient."""
-    params, m, v, step, _ = ckpt
-    w = eng.WORLD
-    shapes = {k: tuple(t.shape) for k, t in params.items()}
-    flat = lambda d: torch.cat([d[k].reshape(-1) for k in params])  # noqa: E731
-    X, Y, M = eng.encode_passages(w)
+    params, m, v, step, w, shapes, flat, (X, Y, M) = _patch_setup(ckpt)
     qx, qy = eng.encode_prompts(w.queries), torch.as_tensor(w.targets)
     still = _torch_adamw_step(params, m, v, step)
     pairs = [(0, int(w.proponents[0][0])), (7, 900), (123, 1100)]          # (query, passage)
@@ -281,11 +288,7 @@ def test_tail_patch_gain_matches_torch_and_removes_the_momentum_drift(ckpt, defa
 
 def test_first_order_gain_predicts_tail_patch(ckpt, default_result):
     """The first-order formula (one-sided Adam-scaled dot product) tracks the exact one-step gain."""
-    params, m, v, step, _ = ckpt
-    w = eng.WORLD
-    shapes = {k: tuple(t.shape) for k, t in params.items()}
-    flat = lambda d: torch.cat([d[k].reshape(-1) for k in params])  # noqa: E731
-    X, Y, M = eng.encode_passages(w)
+    params, m, v, step, w, shapes, flat, (X, Y, M) = _patch_setup(ckpt)
     rng = np.random.default_rng(3)
     qs, ps = rng.integers(240, size=300), rng.integers(len(w.passages), size=300)
     G = eng.per_example_grads_fast(params, X[ps], Y[ps], M[ps])
