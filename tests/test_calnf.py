@@ -215,16 +215,21 @@ def test_stacked_flows_match_the_module_flow():
         np.testing.assert_allclose(lp[0].numpy(), flow.log_prob(x[0], c[0]).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_stacked_inverse_matches_module_sample():
-    """The batched base -> data map and its log-density by-product agree with Flow.sample / Flow.log_prob."""
-    torch.manual_seed(4)
-    K = 3
-    flows = [eng._build_flow(K) for _ in range(2)]
+def _random_stacked_flows(K, E, seed, scale):
+    """E flows with N(0, scale^2) weights (far from the identity they start at), and their stacked parameters."""
+    torch.manual_seed(seed)
+    flows = [eng._build_flow(K) for _ in range(E)]
     for f in flows:
         with torch.no_grad():
             for p in f.parameters():
-                p.normal_(0, 0.3)
-    theta, views = eng._stack_flows(flows)
+                p.normal_(0, scale)
+    return (flows, *eng._stack_flows(flows))
+
+
+def test_stacked_inverse_matches_module_sample():
+    """The batched base -> data map and its log-density by-product agree with Flow.sample / Flow.log_prob."""
+    K = 3
+    flows, theta, views = _random_stacked_flows(K, 2, seed=4, scale=0.3)
     z = torch.randn(2, 64, 2)
     c = torch.rand(2, 1, K).expand(2, 64, K)
     with torch.no_grad():
@@ -235,6 +240,33 @@ def test_stacked_inverse_matches_module_sample():
                 xr = layer.inverse(xr, c[e])
             np.testing.assert_allclose(x[e].numpy(), xr.numpy(), rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(lp[e].numpy(), f.log_prob(xr, c[e]).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_label_gradient_matches_autograd():
+    """The hand-written reverse pass used by calibration gives autograd's d/dc of sum_e mean_i log q(x; c_e)."""
+    K = 4
+    _, theta, views = _random_stacked_flows(K, 3, seed=5, scale=0.4)
+    P = views(theta.detach())
+    x = (2.0 * torch.randn(3, 7, 2, dtype=torch.float64)).float()
+    c = torch.rand(3, 1, K, requires_grad=True)
+    lp = eng._log_prob_xy(P, x.split(1, -1), eng._label_part(P, c)).mean(1).sum()
+    (g_auto,) = torch.autograd.grad(lp, [c])
+    g = eng._label_grad(P, x.split(1, -1), c.detach())
+    assert g.shape == (3, K)
+    assert float(g_auto.abs().max()) > 1e-2  # a gradient worth comparing
+    np.testing.assert_allclose(g.numpy(), g_auto[:, 0].numpy(), rtol=1e-4, atol=1e-4 * float(g_auto.abs().max()))
+    # and a finite difference of the same objective in one label coordinate, in float64
+    P64 = [[w.double() for w in grp] for grp in P]
+    x64 = [v.double() for v in x.split(1, -1)]
+
+    def obj(cc):
+        return float(eng._log_prob_xy(P64, x64, eng._label_part(P64, cc)).mean(1).sum())
+
+    c64, h = c.detach().double(), 1e-6
+    dc = torch.zeros_like(c64)
+    dc[1, 0, 2] = h
+    fd = (obj(c64 + dc) - obj(c64 - dc)) / (2 * h)
+    assert abs(fd - float(g[1, 2])) <= 1e-3 * max(1.0, abs(fd))
 
 
 def test_batched_training_matches_one_by_one_train():
