@@ -767,6 +767,7 @@ def run(config: Config, progress=None) -> Result:
             compare[n].append(float(ll(f, held_f, lab, True).mean()))
         for n in names:
             metrics[f"compare_mean_{n}"] = float(np.mean(compare[n]))
+            metrics[f"compare_sd_{n}"] = float(np.std(compare[n]))
     report(progress, 1.0, "done")
 
     return Result(

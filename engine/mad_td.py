@@ -126,6 +126,8 @@ class Result:
     # on the 64 fixed states of the overestimation metric:
     slope_err: dict = field(default_factory=dict)   # RMS of dQ_θ/da − dQ^π/da at (s, π(s)) (NaN: actor unstable)
     slope_true: dict = field(default_factory=dict)  # RMS of the true dQ^π/da at (s, π(s)) (0 at the optimum K*)
+    # per variant, (slope_err, slope_true) per seed averaged over the 2nd-half checkpoints where both are finite
+    late_slope: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
 
 
@@ -526,14 +528,19 @@ def run(config: Config, progress=None) -> Result:
     # fixed pi* is far from the behaviour policy). (ii) The actor follows dQ_θ/da at π_K(s): its error vs the true
     # slope, 2nd-half checkpoints where the actor is stable, per seed, median over seeds.
     late = main["steps"] > config.env_steps / 2
+    late_slope = {}  # per variant, per seed: mean slope error and true slope over the stable 2nd-half checkpoints
+    for key in slope_err:
+        se, tr = slope_err[key][:, late], slope_true[key][:, late]
+        ok_ = np.isfinite(se) & np.isfinite(tr)
+        n = ok_.sum(1)
+        with np.errstate(invalid="ignore"):  # NaN for a seed whose actor was unstable at every such checkpoint
+            late_slope[key] = (np.where(ok_, se, 0).sum(1) / n, np.where(ok_, tr, 0).sum(1) / n)
     m["eval_act_gap"] = float(np.median(act_gap[real][:, -1]))
     for name, key in (("real", ac_real), ("mad", ac_mad)):
         m[f"{name}_act_gap"] = float(np.median(act_gap[key][:, late].mean(1)))
-        se, tr = slope_err[key][:, late], slope_true[key][:, late]
-        ok_ = np.isfinite(se) & np.isfinite(tr)
-        per_seed = [(se[i, ok_[i]].mean(), tr[i, ok_[i]].mean()) for i in range(len(se)) if ok_[i].any()]
-        m[f"{name}_slope_err"] = float(np.median([p[0] for p in per_seed])) if per_seed else float("nan")
-        m[f"{name}_slope_true"] = float(np.median([p[1] for p in per_seed])) if per_seed else float("nan")
+        ok_ = late_slope[key][0] == late_slope[key][0]  # seeds whose actor was stable at some 2nd-half checkpoint
+        m[f"{name}_slope_err"] = float(np.median(late_slope[key][0][ok_])) if ok_.any() else float("nan")
+        m[f"{name}_slope_true"] = float(np.median(late_slope[key][1][ok_])) if ok_.any() else float("nan")
     m["regret_K_B"] = float((main["j_star"] - policy_return(K_B, config.gamma)) / abs(main["j_star"]))
     m["j_star"] = float(main["j_star"])
     if config.sweep and u != 2:
@@ -562,7 +569,7 @@ def run(config: Config, progress=None) -> Result:
     report(progress, 1.0, "done")
     return Result(steps=main["steps"], rmse=rmse, bias=bias, final=final, over=over, regret=regret, gain=gain, align=align,
                   late_over=late_over, worst_regret=worst_regret, act_gap=act_gap, slope_err=slope_err,
-                  slope_true=slope_true, heat=heat, heat_axis=g, K_star=K,
+                  slope_true=slope_true, late_slope=late_slope, heat=heat, heat_axis=g, K_star=K,
                   data_states=main["S"][0], slice_a=acts, slice_q=slice_q, slice_state=s0,
                   data_actions=main["A"][0], metrics=m | {"pi_s0": float(-s0 @ K)})
 
