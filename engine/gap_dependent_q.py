@@ -10,7 +10,8 @@ all learners see the same random numbers (a paired comparison).
 UCB-Hoeffding (Jin et al. 2018): per-visit update with alpha_t = (H+1)/(H+t) and a
 Hoeffding bonus c sqrt(H^3 iota / t).
 
-UCB-Advantage (Zhang, Zhou & Ji 2020): per-(h,s,a) stages of geometrically growing length
+UCB-Advantage (Zhang, Zhou & Ji 2020, Algorithm 1): Q_h and V_h start at H - h + 1 (step h
+counted from 1), the reference at H; per-(h,s,a) stages of geometrically growing length
 (e_1 = H, e_{j+1} = floor((1 + 1/H) e_j)); Q and V change only at stage ends, using the
 minimum of a plain stage-average estimate and a reference-advantage estimate with a
 Bernstein-style bonus. The reference value V^ref_h(s) is settled once, when the visits of
@@ -216,7 +217,10 @@ def _run_algos(algos, P, R, Vstar1, K, c, iota, N0, rng, progress, span, best_ma
     bonus terms) is read from a table indexed by n.
 
     Returns, per algorithm, (regret (K,B), switch flags (K,B), fraction of suboptimal actions per
-    (h,s) over the last 10 % of episodes (first gap group), final Q, final V[, Q-ES extras]).
+    (h,s) over the last 10 % of episodes (first gap group), final Q, final V[, Q-ES extras],
+    reference-use diagnostics (B,)): the last entry is, per MDP, the fraction of Q updates
+    (UCB-Advantage: stage ends; Q-EarlySettled-Advantage: visits) whose new Q value came from the
+    reference-advantage estimate (strictly below the other candidates); nan for UCB-Hoeffding.
     """
     B0, H, S, A, _ = P.shape
     G = len(algos)
@@ -262,7 +266,15 @@ def _run_algos(algos, P, R, Vstar1, K, c, iota, N0, rng, progress, span, best_ma
         Vref[:, H] = 0.0
         Vreff = Vref.reshape(-1)
         settled = np.zeros(B * (H + 1) * S, bool)
+    ref_upd = np.zeros(B)                               # per batch entry: updates / visits counted
+    ref_act = np.zeros(B)                               # ... and how many of them the reference estimate set
     if adv:
+        # Zhang et al. (2020), Algorithm 1, "Initialize": Q_h(s,a) = V_h(s) = H - h + 1 with h = 1..H
+        # (0-based here: H - h), so the optimism never exceeds the largest possible value-to-go;
+        # V^ref starts at H. UCB-Hoeffding and Q-EarlySettled-Advantage start at H, as in their papers.
+        for h in range(H):
+            Q[adv, h] = Hf - h
+            V[adv, h] = Hf - h
         # per (h,s,a): within-stage count; within-stage sums of V', V'-Vref', (V'-Vref')^2;
         # all-time sums of Vref', Vref'^2 (values as they are at visit time); all-time count is N
         n_st = np.zeros(nsa, dtype=np.intp)
@@ -344,7 +356,10 @@ def _run_algos(algos, P, R, Vstar1, K, c, iota, N0, rng, progress, span, best_ma
                 qr = Qr[i]
                 qr += e * (rb + d + mr + b_r - qr)
                 Qr[i] = qr
-                Qf[i] = np.minimum(np.minimum(qr, qu), Qf[i])
+                q_old = Qf[i]
+                ref_act[qes] += qr < np.minimum(qu, q_old)      # the reference-advantage estimate set Q
+                ref_upd[qes] += 1.0
+                Qf[i] = np.minimum(np.minimum(qr, qu), q_old)
                 vnew = Q2[hb].max(-1)
                 Vf[vs] = vnew
                 vl = np.maximum(Qlcb2[hb].max(-1), Vlcbf[vs])
@@ -374,7 +389,13 @@ def _run_algos(algos, P, R, Vstar1, K, c, iota, N0, rng, progress, span, best_ma
                     var_adv = np.maximum(ssig / nc - (smu / nc) ** 2, 0.0)
                     b2 = asq_n[ne] * np.sqrt(var_ref) + asq_n[nc] * np.sqrt(var_adv) + alow_n[ne] + alow_n[nc]
                     re = r[adv][end]
-                    Qf[je] = np.minimum(np.minimum(re + sv / nc + b_hoef[nc], re + sref / ne + smu / nc + b2), Qf[je])
+                    q_plain = re + sv / nc + b_hoef[nc]
+                    q_ref = re + sref / ne + smu / nc + b2
+                    q_old = Qf[je]
+                    b_end = b_idx[adv][end]
+                    ref_upd[b_end] += 1.0
+                    ref_act[b_end] += q_ref < np.minimum(q_plain, q_old)
+                    Qf[je] = np.minimum(np.minimum(q_plain, q_ref), q_old)
                     Vf[vs[end]] = Q2[hb[end]].max(-1)
                     n_st[je] = 0
                     v_st[je] = mu_st[je] = sig_st[je] = 0.0
@@ -400,6 +421,8 @@ def _run_algos(algos, P, R, Vstar1, K, c, iota, N0, rng, progress, span, best_ma
         res = [regret[:, sl], switched[:, sl], frac[gi], Q[sl], V[sl]]
         if a == "Q-EarlySettled-Advantage":
             res.append((Qucb.reshape(B, H, S, A)[sl], Qlcb.reshape(B, H, S, A)[sl], V[sl], Vlcb[sl]))
+        upd = ref_upd[sl]
+        res.append(np.where(upd > 0, ref_act[sl] / np.maximum(upd, 1.0), np.nan))
         out.append(tuple(res))
     return out
 
@@ -431,10 +454,11 @@ def run(config: Config, progress=None) -> Result:
     N0 = max(1.0, config.ref_mult * config.bonus * S * A * H * H * iota)
     best_mask = Qs >= Vs[:, :-1, :, None] - 1e-9
     grid = _grid(K)
-    out_reg, out_sw, out_fin, out_sub = [], [], [], []
+    out_reg, out_sw, out_fin, out_sub, out_ref = [], [], [], [], []
     runs = _run_algos(ALGOS, P, R, Vstar1, K, config.bonus, iota, N0, rng, progress, (0.0, 1.0), best_mask,
                       config.n_seeds)
-    for reg, sw, frac, *_ in runs:
+    for reg, sw, frac, *_, ref_frac in runs:
+        out_ref.append(ref_frac.reshape(G, config.n_seeds))
         cum = np.cumsum(reg, axis=0)                    # (K, B)
         csw = np.cumsum(sw, axis=0)
         cum_g = cum.reshape(K, G, config.n_seeds)
@@ -468,6 +492,8 @@ def run(config: Config, progress=None) -> Result:
             m[f"switches_{tag}_{gi}"] = val(switches, ai, gi, K)
             s1, s2_, s4 = val(switches, ai, gi, K), val(switches, ai, gi, K // 2), val(switches, ai, gi, K // 4)
             m[f"sw_incr_ratio_{tag}_{gi}"] = (s1 - s2_) / max(s2_ - s4, 1e-9)
+            # share of Q updates set by the reference-advantage estimate (seed mean; nan for UCB-Hoeffding)
+            m[f"ref_active_{tag}_{gi}"] = float(np.mean(out_ref[ai][gi])) if tag != "hoef" else float("nan")
     if config.family != "random":
         small = int(np.argmin(gaps))
         large = 1 - small
@@ -478,6 +504,9 @@ def run(config: Config, progress=None) -> Result:
     m["switch_ratio_qes"] = m["switches_qes_0"] / max(m["switches_hoef_0"], 1e-9)
     m["regret_ratio_qes"] = m["regret_qes_0"] / max(m["regret_hoef_0"], 1e-9)
     m["regret_ratio_adv"] = m["regret_adv_0"] / max(m["regret_hoef_0"], 1e-9)
+    # UCB-Advantage: the dominant lower-order term of the reference bonus, 5 c H iota^(3/4) / n_stage^(3/4), drops
+    # below the plain bonus 2 c H sqrt(iota / n_stage) only once n_stage > 2.5^4 iota (c cancels)
+    m["adv_stage_visits_needed"] = 2.5**4 * iota
     table = []
     for gi in range(G):
         sl = slice(gi * config.n_seeds, (gi + 1) * config.n_seeds)
