@@ -26,10 +26,13 @@ layout.paper_header(
         "against brute force."
     ),
     caveat=(
-        "Our own small reproduction: networks trained here (or by our script) on the full table with AdamW and "
-        "weight decay for a few thousand steps, far shorter than in the paper; the proof is our own "
-        "character-table / Fourier argument, not the paper's ρ-set proof. On S5 the bound is vacuous for our "
-        "network (see the note under the claims)."
+        "Our own small reproduction on the full table. The shipped S5 network follows the authors' training "
+        "recipe (32-dim embeddings of each input through one shared linear layer, Adam with an L2 penalty, "
+        "3 000 full-batch steps); the S3/S4 checkpoints and live training use free embeddings L, R and AdamW. "
+        "Three proofs are checked: our implementation of the paper's ρ-set proof (the default) and two of our "
+        "own, a character-table and a Fourier argument. The ρ-set proof needs the paper's circuit: on networks "
+        "without it (our S3/S4 checkpoints, short live training, one of four S5 seeds of the same recipe in our "
+        "checks) it certifies nothing; the paper itself reports a ≥ 95 % bound for 45 % of its models."
     ),
 )
 
@@ -40,7 +43,21 @@ res = run_or_stop("engine.group_compact_proofs", cfg, label="Training / checking
 layout.claims_panel(eng.claims(res))
 m = res.metrics
 
-if m["bound"] < 0.5:
+if m["bound"] < 0.5 and res.method == "rho-sets":
+    missing = int(m["rho_neurons"] - m["rho_active"])
+    st.info(
+        f"**The paper's ρ-set proof is weak on this network.** It certifies {m['bound']:.1%} of the table while "
+        f"the network is right on {m['accuracy']:.1%}. The argument needs every neuron of an irrep to share one "
+        f"vector a, and every pair (b, c) of a ρ-set family to be present with equal weight. Here one shared a "
+        f"per irrep captures {m['rho_a_share']:.0%} of the irrep neurons' L, R energy"
+        + (f", and {missing} of {int(m['rho_neurons'])} irrep neurons sit in families with missing pairs, so they go "
+           "to the error term" if missing else "")
+        + f". The median error bound ({m['rho_error_median']:.3g}) exceeds the idealised margin "
+        f"({m['rho_ideal_margin']:.3g}): the network is accurate, but it is not the bi-equivariant circuit the "
+        "paper describes (see also the equivariance errors in section 2 and the family table in section 3).",
+        icon=":material/info:",
+    )
+elif m["bound"] < 0.5:
     st.info(
         f"**The compact proof is weak here.** On {res.group} it certifies {m['bound']:.1%} of the table while the "
         f"network is right on {m['accuracy']:.1%}. {m['unexplained']:.1%} of the unembedding's non-trivial energy "
@@ -48,12 +65,10 @@ if m["bound"] < 0.5:
         "(they vary from input to input instead of forming a clean circuit), so the worst-case error terms exceed the margins. "
         "Try the Fourier strategy, a smaller τ or a larger exact residual rank r: the bound tightens, but then "
         "checking it costs about as much as brute force or more."
-        + (" We did not obtain a bound on S5 that is both non-vacuous and cheaper than brute force: this part of "
-           "the paper's claim is not reproduced by our network and proof. Training harder did not help: longer "
-           "cosine-annealed AdamW training, or Adam with an L2 penalty (2e-4 to 1e-3) as in the authors' training "
-           "script, makes neurons purer only at the price of smaller margins; the best run certified 27 % (Fourier) "
-           "at 99.2 % accuracy, and every run used all non-trivial irreps of dimension > 1, which makes the Fourier "
-           "check costlier than brute force." if res.group == "S5" else ""),
+        + (f" The paper's own ρ-set proof certifies {m['rho_bound']:.1%} on this network (choose that strategy "
+           "for the reasons)." if res.method != "rho-sets" else "")
+        + (" On S5 our character-table argument stays vacuous even on the paper-recipe network: its "
+           "nuclear-norm remainder is larger than the gap in the character table." if res.group == "S5" else ""),
         icon=":material/info:",
     )
 
@@ -114,6 +129,29 @@ st.dataframe(table, hide_index=True)
 st.caption(f"The claims use the strategy chosen in the sidebar; τ = {cfg.tau:g} keeps {int(m['n_terms'])} "
            f"(irrep, neuron) parts, leaving {m['unexplained']:.1%} of the non-trivial unembedding energy to the "
            "error term. Times are measured once on this machine and shown for information only.")
+st.markdown(
+    "**The paper's ρ-set proof.** Each neuron of an irrep ρ is read as relu(bᵀρ(x)a + aᵀρ(y)c) · bᵀρ(z)c, with one "
+    "vector a per irrep and b, c drawn from finite ρ-sets {ρ(g)v}. The proof replaces the network by an idealised "
+    "one in which these sets are exact and every pair (b, c) carries the same weight, so the idealised network is "
+    "exactly equivariant in both inputs: its margin is the same on every input and is computed once. The real "
+    "network's margin is then at least that margin plus the exactly computed error at the right answer minus a "
+    "norm bound on the error at the wrong ones, which costs O(N) per input instead of the O(|G| N) forward pass."
+)
+rho = res.rho
+fam = pd.DataFrame([{"irrep": names[f["irrep"]], "neurons": f["neurons"], "|B|": f["size_B"], "|C|": f["size_C"],
+                     "pairs (b, c) present": f"{f['pairs_covered']} / {f['pairs']}",
+                     "in the idealised model": "yes" if f["weights"] else "no (a pair is missing)"}
+                    for f in rho.get("families", [])])
+if len(fam):
+    st.dataframe(fam, hide_index=True)
+st.caption(
+    f"ρ-set proof on this network: {int(m['rho_active'])} of {m['hidden']:.0f} neurons in the idealised model; "
+    f"one shared a per irrep captures {m['rho_a_share']:.0%} of the irrep neurons' L, R energy; idealised margin "
+    f"{m['rho_ideal_margin']:.3g}, median error bound {m['rho_error_median']:.3g} (smallest "
+    f"{m['rho_error_min']:.3g}); certified {m['rho_bound']:.1%}; counted operations, brute force / proof: "
+    f"{m['rho_speedup_ops']:.2f}. The tolerance slider only changes which neurons count as members of a ρ-set; "
+    "the bound stays valid for any setting."
+)
 left, right = st.columns(2)
 true_m = res.margin.ravel()
 cert = res.margin_bound.ravel()
@@ -162,6 +200,17 @@ For $c\neq ab$, $\mathrm{tr}(\rho(c)^\top V_\rho) \le s_\rho\,\chi_\rho(c^{-1}ab
 $\rho(c)$ orthogonal), and $c^{-1}ab \ne e$, so the worst wrong logit is a max over the rows of the
 character table: $O(\sum_\rho d_\rho^2 N_\rho + d_\rho^3)$ per input instead of $|G|N$.
 **Fourier proof.** Evaluate the explained logits of every $c$ from the $V_\rho$ ($|G|\sum d_\rho^2$ per input).
+
+**ρ-set proof (the paper's, our code).** Per irrep, $a$ is the top eigenvector of
+$\sum_k A_k^\top A_k + C_k C_k^\top$ over the neurons' $d\times d$ Fourier matrices of $L$ and $R$; $b_k = A_k a$,
+$c_k = C_k^\top a$ are clustered into ρ-sets $\{\rho(r)v\}$ ($v$ averaged over its stabiliser). The idealised
+neuron is $\lambda_k(f(r_k^{-1}x)+\theta) $, $\lambda_k s\,q(y r'_k)$, $\kappa_k u(r_k^{-1} z r'_k)$ with
+$f = v^\top\rho(\cdot)a$, $q = a^\top\rho(\cdot)v'$, $u = v^\top\rho(\cdot)v'$ tabulated on cosets, and
+$\sum_{k\in(b,c)}\lambda_k\kappa_k$ equal on every pair of $B\times C$ (for the sign irrep, as in the paper, on
+$\{(b,c),(-b,-c)\}$, the rest moved to the bias). Then $z^*(gx, yh)_{gzh} = z^*(x,y)_z$ exactly, so one margin
+$m^*$ at $(e,e)$ serves every input, and with $E = U - U^*$, $D = h - h^*$:
+$\text{margin}(x,y) \ge m^* + E_{t}h + U^*_{t}D + \beta_t - \max_c(E_c h + U^*_c D + \beta_c)$, the max bounded by
+row norms and column maxima ($h\ge 0$). Neurons outside complete families keep $U^*=0$ and go to $E$.
 
 **Error term.** $E$'s top-$r$ singular directions are evaluated exactly; for the remainder, since $h\ge 0$,
 $E_c\cdot h \le \min\big(\max_c\|E_c\|\,\|h\|,\ \sum_k \max_c E_{ck} h_k,\ \sum_\rho \sqrt{d_\rho^2/|G|}\,\|E_\rho\|_{op}\|h\|\big)$.
