@@ -136,7 +136,7 @@ st.caption("Δ_min and the maximal conditional variance Q* come from value itera
            "paper's bounds scale like poly(H)·S·A·log(SAT)/Δ_min (UCB-Advantage: with Q* replacing part of the "
            "H-dependence); the column log(SAT)/Δ_min is that shape without constants — order of magnitude only.")
 table = pd.DataFrame(res.table)
-st.dataframe(table, hide_index=True)
+st.dataframe(table.round(4), hide_index=True)  # Q* of the gap-controlled family is 0 up to float round-off
 download.download_csv(table, "gap_q_table.csv")
 
 st.subheader(f"Where the learners still err (last 10 % of episodes, {groups[0]})")
