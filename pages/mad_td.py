@@ -24,7 +24,9 @@ layout.paper_header(
         "error at on-policy actions can be measured exactly."
     ),
     caveat=("A 2-D LQR instead of DeepMind Control; a linear actor and a least-squares linear model instead of the "
-            "paper's networks and latent world model; MSE instead of the HL-Gauss critic loss. Claim 1 evaluates a fixed "
+            "paper's networks and latent world model. The critic has the official code's body (two hidden layers, "
+            "each Dense → LayerNorm → Mish) but 64 units by default instead of 512, one network instead of two, "
+            "raw states instead of encoder latents, and MSE instead of the HL-Gauss critic loss. Claim 1 evaluates a fixed "
             "(optimal) policy; the issue's two claims are measured in an actor-critic loop, where the actor follows its "
             "critic and the model rows sit at its current actions. All variants of one seed share initial weights, "
             "noise and batch indices (paired seeds); claims use the median over seeds, and every seed is shown. In "
@@ -39,30 +41,37 @@ res = run_or_stop("engine.mad_td", cfg, label="Training critics and actors")
 claims = eng.claims(res)
 layout.claims_panel(claims)
 m = res.metrics
+body = "LayerNorm + Mish, the official critic body" if cfg.critic == "ln-mish" else "plain ReLU"
+if not claims[0].passed:
+    st.info(
+        f"**Claim 1 misses its 2× bar on this run** (critic: {body}). Model rows still lower the fixed-policy "
+        f"critic's on-policy error (median final RMSE real-only {m['real_final']:.2f}, MAD-TD {m['mad_final']:.2f}, "
+        f"ratio {m['ratio_real_mad']:.2f}); the ratio depends on how badly the real-only critic misgeneralises to the "
+        "unlogged actions, and a LayerNorm critic does so less than a ReLU one. Switch the critic network to compare "
+        "on the same seeds."
+    )
 if not (claims[1].passed and claims[2].passed):
     st.info(
         "**The issue's two claims (less overestimation at the actor's actions, more stable returns) do not both "
-        "reproduce on this run** (thresholds fixed from the paper's statement before measuring). In the actor-critic "
-        f"loop the median overestimation over the second half is real-only {m['real_over']:+.2f}, MAD-TD "
-        f"{m['mad_over']:+.2f}, and the median worst regret real-only {m['real_regret']:.2f}, MAD-TD "
-        f"{m['mad_regret']:.2f} × |J*| (the starting actor: {m['regret_K_B']:.2f}; unstable actors count as ∞: "
-        f"{100 * m['real_diverged']:.0f} % vs {100 * m['mad_diverged']:.0f} % of seeds). Over seeds 0–4 of the "
-        "default configuration, real-only actors became unstable in 7 of 20 paired runs and MAD-TD actors in 2, "
-        "but the median ratios pass only at seeds 2 and 3.\n\n"
-        "**Why.** Not a missing MAD-TD ingredient: the model rows sit at each actor's own current actions, and an exact "
-        "model, 25 % model rows, or one actor step per critic update (the official schedule) give the same picture. "
-        "The actor-critic loop itself does not learn at this scale, with or without model data (at UTD 1 neither). "
-        "The actor only sees the critic's action slope ∂Q/∂a at its own actions; over the second half the RMS error "
-        f"of that slope is {m['real_slope_err']:.2f} against a true slope of RMS {m['real_slope_true']:.2f} "
-        f"(real-only) and {m['mad_slope_err']:.2f} against {m['mad_slope_true']:.2f} (MAD-TD): it carries almost no "
-        "signal (median cosine of the critic's and the true policy gradient: real-only "
-        f"{m['real_align']:+.2f}, MAD-TD {m['mad_align']:+.2f}). Both actors therefore drift from the starting gain "
-        f"(regret {m['regret_K_B']:.2f}) to far worse ones, while the same Adam schedule fed the true gradient "
-        "reaches regret 0.02. Model rows correct the critic's *value* at one action per state, not its slope across "
-        "actions; and because each actor explores around its own actions, those actions stay close to the data "
-        f"(mean |a_data − π_K(s)| {m['real_act_gap']:.2f} real-only, {m['mad_act_gap']:.2f} MAD-TD, against "
-        f"{m['eval_act_gap']:.2f} for the fixed π* of the first claim). The unobserved-action error that MAD-TD "
-        "removes (first claim) is therefore not what drives overestimation and regret in this loop."
+        f"reproduce on this run** (critic: {body}; thresholds fixed from the paper's statement before measuring). "
+        f"In the actor-critic loop the median overestimation over the second half is real-only {m['real_over']:+.2f}, "
+        f"MAD-TD {m['mad_over']:+.2f}, and the median worst regret real-only {m['real_regret']:.2f}, MAD-TD "
+        f"{m['mad_regret']:.2f} × |J*| (the starting actor: {m['regret_K_B']:.2f}; an actor that became unstable "
+        f"counts as ∞: {100 * m['real_diverged']:.0f} % of real-only vs {100 * m['mad_diverged']:.0f} % of MAD-TD "
+        "seeds; once half the actors of a variant are unstable its median is ∞).\n\n"
+        "**Why.** Not a missing MAD-TD ingredient: the model rows sit at each actor's own current actions. The "
+        "actor-critic loop itself does not learn at this scale, with or without model data. The actor only sees "
+        "the critic's action slope ∂Q/∂a at its own actions; over the second half the RMS error of that slope is "
+        f"{m['real_slope_err']:.2f} against a true slope of RMS {m['real_slope_true']:.2f} (real-only) and "
+        f"{m['mad_slope_err']:.2f} against {m['mad_slope_true']:.2f} (MAD-TD): it carries almost no signal (median "
+        f"cosine of the critic's and the true policy gradient: real-only {m['real_align']:+.2f}, MAD-TD "
+        f"{m['mad_align']:+.2f}). A smooth, normalised critic (LayerNorm + Mish) does not change this: its slope is "
+        "smooth but no more accurate than a ReLU critic's piecewise-constant one. Model rows correct the critic's "
+        "*value* at one action per state, not its slope across actions; and because each actor explores around its "
+        "own actions, those actions stay close to the data (mean |a_data − π_K(s)| "
+        f"{m['real_act_gap']:.2f} real-only, {m['mad_act_gap']:.2f} MAD-TD, against {m['eval_act_gap']:.2f} for the "
+        "fixed π* of the first claim). The unobserved-action error that MAD-TD removes (first claim) is therefore "
+        "not what drives overestimation and regret in this loop."
     )
 
 
@@ -172,6 +181,9 @@ $\pi(s) = -K^* s$; its value is quadratic, $Q^\pi(s,a) = -\big[s^\top Q_c s + R_
 
 **Critic update (UTD times per step).** Batch of 64 replay rows; target $y = r + \gamma\, \bar Q(s', \pi(s'))$ with a
 Polyak-averaged target critic $\bar Q$; loss $\tfrac12 (Q_\theta(s,a) - y)^2$, Adam.
+Critic network $[s, a] \to h \to h \to 1$ (width $h$, 64 by default); each hidden layer is Dense → LayerNorm (learned
+gain and bias) → Mish, $\mathrm{mish}(z) = z \tanh(\log(1 + e^z))$, as in the official MAD-TD critic (or Dense → ReLU,
+selectable).
 
 **MAD-TD.** In every batch, $\mathrm{round}(64 f)$ rows keep their state $s$ but take $a = \pi(s)$,
 $\hat r = \hat r(s, \pi(s))$ and $\hat s' = \hat f(s, \pi(s))$ from a model fitted by least squares on the buffer

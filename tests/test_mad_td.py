@@ -16,53 +16,69 @@ def default_result():
 def test_claims_at_default(default_result):
     claims = eng.claims(default_result)
     assert len(claims) == 3
-    # claim 1 (fixed-policy evaluation, on-policy error) reproduces
-    assert claims[0].passed, claims[0].describe()
+    assert eng.Config().critic == "ln-mish"          # the official critic body (Dense -> LayerNorm -> Mish) by default
+    m = default_result.metrics
+    # Claim 1 (fixed-policy evaluation, on-policy error): with the LayerNorm + Mish critic MAD-TD still cuts the error,
+    # but the ratio misses its 2x bar at seeds 0-2 (1.88, 1.59, 1.49; 2.15, 2.47 at seeds 3-4) because the
+    # normalised real-only critic misgeneralises less than the ReLU one (see test_on_policy_effect_across_seeds).
+    assert claims[0].measured == m["ratio_real_mad"] > 1.3
     # Claims 2-3 are the issue's (#8), measured in the actor-critic loop: less overestimation at the current actor's
     # actions and more stable returns of the current policy with model data (ratios <= 0.5, fixed before measuring).
-    # They do NOT reproduce robustly: at the default config, seeds 0-4, overestimation ratio 0.68, 1.13, 0.0, 0.0, 1.21
-    # and worst-regret ratio 0.68, 0.87, 0.0, 0.0, 1.26 (the 0.0 seeds are those where at least half the real-only
-    # actors became unstable). So they are left failing at the default seed and only their bookkeeping and the
-    # robust parts are asserted here.
-    m = default_result.metrics
+    # They do NOT reproduce: with the LayerNorm + Mish critic at least half of the actors of both variants became
+    # unstable at seeds 0-2 (ratios inf); with the ReLU critic the ratios were 0.68, 1.13, 0.0 (overestimation) and
+    # 0.68, 0.87, 0.0 (worst regret). Only their bookkeeping and the robust parts are asserted here.
     assert m["real_over"] > 0                                  # the real-only critic does overestimate at π_K(s)
     assert np.isclose(claims[1].measured, eng._ratio(m["mad_over"], m["real_over"]))
     assert np.isclose(claims[2].measured, eng._ratio(m["mad_regret"], m["real_regret"]))
     assert claims[1].passed == (claims[1].measured <= 0.5) and claims[2].passed == (claims[2].measured <= 0.5)
-    # unstable actors: real-only 7 of 20 paired runs over seeds 0-4, MAD-TD 2; MAD-TD <= real-only at each seed
+    # unstable actors, seeds 0-4: real-only 50/75/100/50/75 %, MAD-TD 50/50/75/25/50 %; MAD-TD <= real-only each time
     assert m["mad_diverged"] <= m["real_diverged"]
     # The diagnosis the page gives (checked independently in test_slope_and_action_gap_diagnostics): the actor follows
     # the critic's slope dQ/da at its actions, and in both variants that slope's RMS error is about the size of the true
-    # slope or larger (seeds 0/1/2: 1.45 vs 1.25, 1.43 vs 1.27, 4.24 vs 4.17 real-only; 1.53 vs 1.50, 1.61 vs 1.44,
-    # 2.11 vs 1.74 MAD-TD), so neither actor gets a usable gradient ...
+    # slope or larger, smooth critic or not (seeds 0/1/2: 1.73 vs 1.62, 7.62 vs 7.63, 4.79 vs 4.97 real-only;
+    # 1.34 vs 1.30, 2.79 vs 2.60, 3.46 vs 3.56 MAD-TD), so neither actor gets a usable gradient ...
     for name in ("real", "mad"):
         assert m[f"{name}_slope_err"] > 0.8 * m[f"{name}_slope_true"] > 0, name
-    # ... and the actors' actions stay near the logged ones (0.42 / 0.31), unlike the fixed pi* of claim 1 (1.09)
-    assert m["eval_act_gap"] > 2 * max(m["real_act_gap"], m["mad_act_gap"])
+    # ... and the actors' actions stay nearer the logged ones (0.65 / 0.44) than the fixed pi* of claim 1 (1.09)
+    assert m["eval_act_gap"] > 1.5 * max(m["real_act_gap"], m["mad_act_gap"])
     for key, r in default_result.worst_regret.items():         # J* is optimal: no actor beats it
         assert np.all(r[np.isfinite(r)] > -1e-9), key
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
-def test_on_policy_claim_holds_across_seeds(seed, default_result):
-    # seed 0 is the default fixture; a claim that passes on one seed only would not count as reproduced
-    # (measured ratios at seeds 0-4: 2.97, 2.33, 6.14, 5.87, 2.68)
-    c = eng.claims(eng.run(eng.Config(seed=seed)))[0]
+def test_on_policy_effect_across_seeds(seed, default_result):
+    # seed 0 is the default fixture. With the LayerNorm + Mish critic, model data lowers the on-policy RMSE at every
+    # seed (ratios real-only / MAD-TD at seeds 0-4: 1.88, 1.59, 1.49, 2.15, 2.47), but claim 1's 2x bar is met at
+    # seeds 3-4 only, so claim 1 is not counted as reproduced with the official critic body.
+    m = eng.run(eng.Config(seed=seed)).metrics
+    assert m["ratio_real_mad"] > 1.3 and m["mad_final"] < m["real_final"]
+
+
+def test_on_policy_claim_with_relu_critic(default_result):
+    # with the plain ReLU critic, claim 1 holds (ratios at seeds 0-4: 2.97, 2.33, 6.14, 5.87, 2.68), and its ratio
+    # exceeds the LayerNorm + Mish critic's at each of these seeds
+    r = eng.run(eng.Config(critic="relu"))
+    c = eng.claims(r)[0]
     assert c.passed, c.describe()
+    assert r.metrics["ratio_real_mad"] > default_result.metrics["ratio_real_mad"]
 
 
 def test_sweep_claims():
-    claims = eng.claims(eng.run(eng.Config(sweep=True)))
+    res = eng.run(eng.Config(sweep=True))
+    claims = eng.claims(res)
     assert len(claims) == 6
-    # more updates per sample hurt only without model data
-    assert claims[3].passed, claims[3].describe()
+    # With the LayerNorm + Mish critic, more updates per sample no longer hurt the real-only critic at seed 0 (RMSE
+    # ratio UTD 8 / UTD 2: 0.87; 2.03 with the ReLU critic). That badge is left as measured (its verdict is not
+    # asserted either way); only its bookkeeping is. With model data UTD 8 beats UTD 2 either way (0.67; ReLU 0.47).
+    assert claims[3].measured == res.metrics["real_utd_ratio"] > 0
     assert claims[4].passed, claims[4].describe()
     # claims[5] (noisy model >= 1.3x the good one) is too close to its bar to be asserted (fails on some seeds);
     # it is shown on the page as measured.
 
 
-def test_variants_of_a_seed_share_initial_weights():
-    crit = eng.Critics(6, 8, np.random.default_rng(0), share=2)
+@pytest.mark.parametrize("arch", ["ln-mish", "relu"])
+def test_variants_of_a_seed_share_initial_weights(arch):
+    crit = eng.Critics(6, 8, np.random.default_rng(0), share=2, arch=arch)
     assert np.array_equal(crit.flat[0], crit.flat[1]) and np.array_equal(crit.flat[4], crit.flat[5])
     assert not np.array_equal(crit.flat[1], crit.flat[2])
 
@@ -88,9 +104,10 @@ def test_variants_are_paired():
     assert np.allclose(K[:, 2:, 0], eng.K_B) and not np.allclose(K[:, 2:, -1], eng.K_B)
 
 
-def test_actor_gradient_against_finite_differences():
+@pytest.mark.parametrize("arch", ["ln-mish", "relu"])
+def test_actor_gradient_against_finite_differences(arch):
     rng = np.random.default_rng(5)
-    crit = eng.Critics(3, 16, rng)
+    crit = eng.Critics(3, 16, rng, arch=arch)
     s = rng.uniform(-1, 1, (3, 12, 2))
     K = rng.normal(size=(3, 2))
     g = eng.actor_grad(crit, s, K)
@@ -227,26 +244,53 @@ def test_batch_composition():
         assert np.allclose(a3[v, :k], -s[v, :k] @ Kv[v])
 
 
-def test_critic_gradients_match_autograd_and_target_is_polyak():
+@pytest.mark.parametrize("arch", ["ln-mish", "relu"])
+def test_critic_gradients_match_autograd_and_target_is_polyak(arch):
+    """Hand-written parameter gradients and action slopes dQ/da against torch autograd (float64) on random inputs."""
     rng = np.random.default_rng(4)
-    crit = eng.Critics(2, 8, rng)
+    crit = eng.Critics(2, 8, rng, arch=arch)
+    crit.flat += rng.normal(0, 0.3, crit.flat.shape).astype(np.float32)   # LayerNorm gains/biases away from 1 / 0
     x = rng.normal(size=(2, 5, 3)).astype(np.float32)
     dq = rng.normal(size=(2, 5)).astype(np.float32)
     q, cache = crit.forward(crit.p, x)
     g = crit.grads(cache, dq)
+    dqda = crit.action_grad(x[..., :2], x[..., 2])[..., 0]
     flat = torch.tensor(crit.flat.astype(np.float64), requires_grad=True)
     views = [flat[:, a:b].reshape((2,) + sh) for a, b, sh in zip(crit.offsets[:-1], crit.offsets[1:], crit.shapes)]
-    W1, b1, W2, b2, W3, b3 = views
-    xt = torch.tensor(x, dtype=torch.float64)
-    h1 = torch.relu(xt @ W1 + b1[:, None])
-    h2 = torch.relu(h1 @ W2 + b2[:, None])
-    qt = (h2 @ W3 + b3[:, None])[..., 0]
+    if arch == "relu":
+        W1, b1, W2, b2, W3, b3 = views
+        layers = [(W1, b1, None, None), (W2, b2, None, None)]
+    else:
+        W1, b1, g1, c1, W2, b2, g2, c2, W3, b3 = views
+        layers = [(W1, b1, g1, c1), (W2, b2, g2, c2)]
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h = xt
+    for W, b, gain, bias in layers:
+        z = h @ W + b[:, None]
+        if arch == "relu":
+            h = torch.relu(z)
+        else:
+            z = torch.nn.functional.layer_norm(z, z.shape[-1:], eps=eng.LN_EPS)
+            h = torch.nn.functional.mish(z * gain[:, None] + bias[:, None])
+    qt = (h @ W3 + b3[:, None])[..., 0]
+    dq_dx, = torch.autograd.grad(qt.sum(), xt, retain_graph=True)
     (qt * torch.tensor(dq, dtype=torch.float64)).sum().backward()
     assert np.allclose(q, qt.detach().numpy(), atol=1e-5)
     assert np.allclose(g, flat.grad.numpy(), atol=1e-4)
+    assert np.allclose(dqda, dq_dx[..., 2].numpy(), atol=1e-5)          # the slope the actor follows
     old_t = crit.tflat.copy()
     crit.step(g)
     assert np.allclose(crit.tflat, 0.99 * old_t + 0.01 * crit.flat, atol=1e-6)
+
+
+def test_mish_against_torch():
+    z = np.linspace(-30, 30, 601).astype(np.float32)
+    y, cache = eng.mish(z.copy())
+    zt = torch.tensor(z, dtype=torch.float64, requires_grad=True)
+    yt = torch.nn.functional.mish(zt)
+    yt.sum().backward()
+    assert np.allclose(y, yt.detach().numpy(), atol=1e-5)
+    assert np.allclose(eng.mish_grad(cache), zt.grad.numpy(), atol=1e-5)
 
 
 def test_too_expensive_settings_are_rejected_with_a_message():
