@@ -13,6 +13,11 @@ Policies:
           pi = beta_n pi_neural + beta_l pi_logic, V = beta_n V_neural + beta_l V_logic
 All three are trained with PPO (blend-entropy bonus on beta). ``python -m engine.blendrl train`` writes
 the checkpoints to assets/blendrl/; the page evaluates them live and can also train one agent live.
+
+Evaluation variants (never trained on): fast balls, mirrored (the whole game reflected, the badge), two balls, and
+two shown without a badge that follow the kinds of change in the authors' robustness evaluation (HackAtari):
+relocated ladders (Kangaroo's ladders moved inward; start and goal stay, the walk on the middle floor reverses)
+and no balls (Seaquest's enemies / Donkey Kong's barrels removed).
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ FLOORS, COLS, T_MAX = 3, 9, 80
 ACTIONS = ("left", "right", "up", "jump", "noop")
 LEFT, RIGHT, UP, JUMP, NOOP = range(5)
 AGENTS = ("neural", "logic", "blend")
-VARIANTS = ("standard", "fast balls", "mirrored", "two balls")
+VARIANTS = ("standard", "fast balls", "mirrored", "two balls", "relocated ladders", "no balls")
+# variants that follow the paper's own kinds of change; shown next to the badges, never a badge
+PAPER_VARIANTS = ("relocated ladders", "no balls")
 STEP_COST = 0.01
 GAMMA = 0.99
 # potential-based progress shaping k·(γΦ(s') − Φ(s)) with Φ = floors climbed + 1 − |col − target|/8, the same
@@ -67,7 +74,11 @@ def layout(variant: str) -> dict:
     lad, bell, start = (COLS - 1, 0), COLS - 1, 0
     if variant == "mirrored":
         lad, bell, start = (0, COLS - 1), 0, COLS - 1
-    balls = (0, 1, 1, 2) if variant == "two balls" else (0, 1, 2)
+    elif variant == "relocated ladders":
+        # like HackAtari's Kangaroo ladder change: ladders moved inward, start and bell stay; floor 0 still walks
+        # right (4 cells), floor 1 now walks right (2 cells, was left), floor 2 still walks right (2 cells)
+        lad = (4, 6)
+    balls = {"two balls": (0, 1, 1, 2), "no balls": ()}.get(variant, (0, 1, 2))
     return dict(ladders=lad, bell=bell, start=start, speed=2 if variant == "fast balls" else 1, ball_floors=balls)
 
 
@@ -184,12 +195,15 @@ class Climber:
         target = np.where(top, self.bell, self.ladders[np.minimum(self.af, 1)])
         same = self.bfloor[None, :] == self.af[:, None]
         off = np.where(same, self.bc - self.ac[:, None], 99)
-        j = np.abs(off).argmin(1)
         i = np.arange(self.n)
-        o = off[i, j]
+        if self.k:
+            j = np.abs(off).argmin(1)
+            o, d = off[i, j], self.bd[i, j]
+        else:                                  # "no balls": no ball on any floor
+            o, d = np.full(self.n, 99), np.zeros(self.n)
         present = np.abs(o) < 99
         z = np.stack([self.af / 2, self.ac / 8, target / 8, np.where(present, o, 9) / 8,
-                      np.where(present, self.bd[i, j], 0), present * 1.0,
+                      np.where(present, d, 0), present * 1.0,
                       np.full(self.n, self.ladders[0] / 8), np.full(self.n, self.ladders[1] / 8)], 1)
         return z.astype(np.float32)
 
@@ -462,7 +476,7 @@ def beta_map(agent: BlendAgent) -> np.ndarray:
 class Config:
     render_agent: str = param("blend", Choice(AGENTS, "Agent for the rendered episode", widget="radio"))
     variant: str = param("standard", Choice(VARIANTS, "Environment of the rendered episode",
-                                            help="Evaluation always covers all four variants"))
+                                            help="Evaluation always covers all variants"))
     episodes: int = param(128, Int(64, 512, "Evaluation episodes per agent and variant", step=64))
     live: bool = param(False, Bool("Train from scratch (live)",
                                    help="Train the rendered agent now instead of loading the shipped checkpoint"))
@@ -549,6 +563,10 @@ def run(config: Config, progress=None) -> Result:
                                  if rx["standard"]["progress"] >= 0.05 else float("nan"))
     m["neural_share"] = table["blend"]["standard"]["neural_share"]
     m["neural_share_mirrored"] = table["blend"]["mirrored"]["neural_share"]
+    # shown, never a badge: the same ratios on the variants that follow the paper's kinds of change
+    m["paper_keep"] = {v: {k: {q: (table[k][v][q] / table[k]["standard"][q] if table[k]["standard"][q] >= 0.05
+                                   else float("nan")) for q in ("success", "progress")} for k in AGENTS}
+                       for v in PAPER_VARIANTS}
     return Result(table=table, episode=ep, beta_map=beta_map(bl),
                   rule_weights=torch.sigmoid(ra.rule_logits).detach().numpy() if ra.kind != "neural"
                   else torch.sigmoid(bl.rule_logits).detach().numpy(),

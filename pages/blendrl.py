@@ -72,6 +72,32 @@ if not m["keep_progress_blend"] >= 0.7:
             f"breaks as well (progress {tb['neural']['standard']['progress']:.2f} → "
             f"{tb['neural']['mirrored']['progress']:.2f}).")
 
+
+def _keep(v: str, k: str) -> str:
+    r = m["paper_keep"][v][k]["progress"]
+    return f"{r:.2f}" if np.isfinite(r) else "not measurable"
+
+
+pk = {v: {k: (tb[k]["standard"]["progress"], tb[k][v]["progress"]) for k in ("blend", "neural")}
+      for v in eng.PAPER_VARIANTS}
+st.info("**The paper's own kinds of change** (shown here, not badges). In the authors' code the evaluation "
+        "environments are HackAtari versions of the training games, met without retraining: in Kangaroo the ladders are moved (start "
+        "and goal stay), in Seaquest and Donkey Kong the enemies or barrels are removed. The mirrored badge is the "
+        "first kind, made stronger: it reflects the whole game. Two variants copy the paper more closely. "
+        "**Relocated ladders** moves the ladders inward to columns 4 and 6, so the walk on the middle floor turns "
+        "from leftward to rightward. Here the blend keeps "
+        f"{_keep('relocated ladders', 'blend')} of its progress ({pk['relocated ladders']['blend'][0]:.2f} → "
+        f"{pk['relocated ladders']['blend'][1]:.2f}) and the neural agent keeps "
+        f"{_keep('relocated ladders', 'neural')} ({pk['relocated ladders']['neural'][0]:.2f} → "
+        f"{pk['relocated ladders']['neural'][1]:.2f}). That is the same failure as under mirroring, so the "
+        "failure does not come from reflecting the whole game. **No balls** removes every ball. Here the blend "
+        f"keeps {_keep('no balls', 'blend')} of its progress ({pk['no balls']['blend'][0]:.2f} → "
+        f"{pk['no balls']['blend'][1]:.2f}, success {tb['blend']['no balls']['success']:.2f}) and the neural "
+        f"agent keeps {_keep('no balls', 'neural')} ({pk['no balls']['neural'][0]:.2f} → "
+        f"{pk['no balls']['neural'][1]:.2f}). This matches the paper, but only because the change removes what "
+        "the gate hands to the neural side: with no ball nearby the gate gives control to the rules in "
+        f"{1 - tb['blend']['no balls']['neural_share']:.0%} of the states, and the rules never looked at balls.")
+
 # 1. success / return per agent and variant
 st.subheader("Success and return per agent and environment")
 rows = [dict(agent=a, variant=v, **res.table[a][v]) for a in eng.AGENTS for v in eng.VARIANTS]

@@ -270,3 +270,51 @@ def test_neural_share_and_reflex_counterfactual(default_result):
     m = default_result.metrics
     assert m["keep_progress_reflex"] >= 0.7
     assert m["neural_share"] > 0.4
+
+
+def test_paper_kind_variants():
+    # "relocated ladders": only the ladders move (start, bell and balls as in the standard game) and the walk on
+    # floor 1 reverses; the rules follow the moved ladders
+    std, rel = eng.layout("standard"), eng.layout("relocated ladders")
+    assert (rel["start"], rel["bell"], rel["ball_floors"], rel["speed"]) == \
+        (std["start"], std["bell"], std["ball_floors"], std["speed"])
+    assert tuple(rel["ladders"]) == (4, 6)
+    assert std["ladders"][1] < std["ladders"][0] and rel["ladders"][1] > rel["ladders"][0]   # floor-1 walk reverses
+    bl, _ = eng.load_agent("blend")
+    env = eng.Climber(1, "relocated ladders", np.random.default_rng(0), auto_reset=False)
+    env.af[:], env.ac[:] = 1, 4            # just climbed to floor 1: the next ladder is now to the right
+    assert int(bl.logic_probs(torch.from_numpy(env.objects()))[0].argmax()) == eng.RIGHT
+    env.af[:], env.ac[:] = 0, 4            # on the moved floor-0 ladder
+    assert int(bl.logic_probs(torch.from_numpy(env.objects()))[0].argmax()) == eng.UP
+    # "no balls": no ball anywhere, nothing can hit, the ball predicates are absent and the gate hands control
+    # to the rules; otherwise the standard layout
+    nb = eng.layout("no balls")
+    assert nb["ball_floors"] == () and nb["ladders"] == std["ladders"] and nb["bell"] == std["bell"]
+    env = eng.Climber(64, "no balls", np.random.default_rng(0), auto_reset=False, random_start=1.0)
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        img, z = env.image(), env.objects()
+        assert img[:, 1].sum() == 0 and img[:, 3].sum() == 0 and np.all(z[:, 5] == 0)
+        with torch.no_grad():
+            assert torch.all(bl.beta(torch.from_numpy(z))[:, 0] < 0.5)
+        _, d, info = env.step(rng.integers(0, len(eng.ACTIONS), env.n))
+        assert not info["hit"].any()
+        env.reset(d)
+
+
+def test_paper_kind_measurements_shown(default_result):
+    # shown next to the badges (never a badge): the same progress / success ratios on the paper-kind variants,
+    # computed from the evaluation table with the same "not measurable below 0.05" rule
+    t, pk = default_result.table, default_result.metrics["paper_keep"]
+    assert set(pk) == set(eng.PAPER_VARIANTS) <= set(eng.VARIANTS)
+    for v in eng.PAPER_VARIANTS:
+        for k in eng.AGENTS:
+            for q in ("success", "progress"):
+                s = t[k]["standard"][q]
+                if s >= 0.05:
+                    assert pk[v][k][q] == pytest.approx(t[k][v][q] / s)
+                else:
+                    assert np.isnan(pk[v][k][q])
+    assert len(eng.claims(default_result)) == 5          # no new badge
+    # with no balls the gate never consults the neural side
+    assert t["blend"]["no balls"]["neural_share"] == 0.0
