@@ -27,8 +27,8 @@ layout.paper_header(
     ),
     caveat=(
         "Our own small reproduction on the full table. The shipped S5 network follows the authors' training "
-        "recipe (32-dim embeddings of each input through one shared linear layer, Adam with an L2 penalty, "
-        "3 000 full-batch steps); the S3/S4 checkpoints and live training use free embeddings L, R and AdamW. "
+        f"recipe ({eng.TRAIN_SETTINGS[5]['embed']}-dim embeddings of each input through one shared linear layer, "
+        f"Adam with an L2 penalty, {eng.TRAIN_SETTINGS[5]['steps']:,} full-batch steps); the S3/S4 checkpoints and live training use free embeddings L, R and AdamW. "
         "Three proofs are checked: our implementation of the paper's ρ-set proof (the default) and two of our "
         "own, a character-table and a Fourier argument. The ρ-set proof needs the paper's circuit: on networks "
         "without it (our S3/S4 checkpoints, short live training, one of four S5 seeds of the same recipe in our "
