@@ -28,6 +28,15 @@ is importing POT (which imports scikit-learn and scipy.stats, ~1.5 s once per pr
 Optional stochastic refinement (sigma_model > 0): a log-density potential s(x, t) is initialised by
 regression on a Gaussian KDE of the weighted particles, and all three nets are trained jointly with
 the RUOT action (terms with grad s and s g) plus a Fokker-Planck residual in log form.
+
+Where it breaks (measured 2026-12-04, seed 0, other settings at their defaults): with wide clusters,
+sigma_true = 0.5, only ~23 widely spread cells are left in B at t = 3. The coupling pre-fit already sees a weaker
+death on the last interval (mean log mass ratio of B's source cells under the unbalanced plan -0.18 instead of
+-0.4; -0.36 on the first two), stage 1 then raises g on B's late cells (mean g_net on B's cells -0.35 / -0.29 /
+-0.06 / +0.33 at t = 0..3), and B's particles gain mass on 2 -> 3 (+0.12 per unit time) because some are carried
+into A and grow there: false transitions 0.04, |g_B + gamma| 0.31 and r = 0.69, three failing badges. More
+iterations (100) or the stochastic refinement do not fix it; HEAVY_CONFIG (sigma_true = 0.5, gamma = 0.6) fails
+the same three. The page shows the per-interval growth of each cluster's particles so the failure is visible.
 """
 
 from __future__ import annotations
@@ -135,6 +144,11 @@ class Result:
     sde_paths: np.ndarray | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     pretrained: bool = False            # nets loaded from the shipped default-config checkpoint
+    # DeepRUOT per cluster (A: starts at x1 < 0, B: x1 > 0): the growth rate its rollout realises on each
+    # interval, log(W(t_k+1) / W(t_k)) / (t_k+1 - t_k) of the particles that start there, and the mean of g_net
+    # over that cluster's snapshot cells at each t_k (the quantity the growth badges average over t = 0..3)
+    growth_rollout: dict[str, np.ndarray] = field(default_factory=dict)   # "A"/"B" -> (len(TIMES) - 1,)
+    growth_at_snapshots: dict[str, np.ndarray] = field(default_factory=dict)  # "A"/"B" -> (len(TIMES),)
 
 
 # ----------------------------------------------------------------------------- data and closed forms
@@ -690,6 +704,20 @@ def _prepare(config: Config):
     return make_snapshots(rng, config.n0, config.gamma, config.sigma_true), device
 
 
+def rollout_growth(traj: np.ndarray, weights: np.ndarray, idx_k: list[int]) -> dict[str, np.ndarray]:
+    """Growth rate realised on each snapshot interval by the particles that start in A (x1 < 0) and in B.
+
+    traj (steps + 1, N, 2) and weights (steps + 1, N) of one rollout; idx_k the step index of each snapshot time.
+    A particle keeps its starting label wherever it goes, so mass carried from B into A and grown there counts
+    for B: a positive rate for B means false transitions, not a wrong g on B's own cells.
+    """
+    out = {}
+    for name, sel in (("A", traj[0][:, 0] < 0), ("B", traj[0][:, 0] >= 0)):
+        w = weights[idx_k][:, sel].sum(1)
+        out[name] = np.log(w[1:] / w[:-1]) / np.diff(TIMES)
+    return out
+
+
 def _rollout(torch, v, g, x0, n0: int, dt: float, alpha: float):
     path, wpath = [x0], [torch.full((n0,), -math.log(n0), device=x0.device)]
     x, lw = path[0], wpath[0]
@@ -753,6 +781,7 @@ def run(config: Config, progress=None) -> Result:
             g_all.append(gs)
             g_true.append(np.where(s[:, 0] < 0, config.gamma, -config.gamma))
     g_all, g_true = np.concatenate(g_all), np.concatenate(g_true)
+    growth_rollout = rollout_growth(traj["DeepRUOT"], weights["DeepRUOT"], idx_k)
 
     sde = None
     if s_u is not None:
@@ -798,6 +827,7 @@ def run(config: Config, progress=None) -> Result:
         weights=weights, traj_t=traj_t, grid=g_lin, growth_field=np.stack(fields).astype(np.float32),
         mass_model=mass_model, mass_true=np.cosh(config.gamma * traj_t), mass_data=sizes / n0,
         transitions=trans, losses=losses, sde_paths=sde, metrics=m, pretrained=pretrained,
+        growth_rollout=growth_rollout, growth_at_snapshots={"A": np.array(g_left), "B": np.array(g_right)},
     )
 
 

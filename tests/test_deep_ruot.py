@@ -39,6 +39,33 @@ def test_mass_curve_tracks_cosh(default_result):
     assert np.max(np.abs(r.mass_model["DeepRUOT"] - r.mass_true) / r.mass_true) < 0.12
 
 
+def test_rollout_growth_per_interval(default_result):
+    r = default_result
+    # the rollout realises the true rates on every interval: +gamma for A, -gamma for B
+    assert np.allclose(r.growth_rollout["A"], 0.4, atol=0.1), r.growth_rollout
+    assert np.allclose(r.growth_rollout["B"], -0.4, atol=0.1), r.growth_rollout
+    # the badge's numbers are the means of the per-snapshot table
+    assert r.metrics["g_left"] == pytest.approx(float(np.mean(r.growth_at_snapshots["A"])), abs=1e-6)
+    assert r.metrics["g_right"] == pytest.approx(float(np.mean(r.growth_at_snapshots["B"])), abs=1e-6)
+
+
+def test_rollout_growth_by_hand():
+    # 4 particles, 3 intervals of length 1 on a grid of 2 steps per unit time; particle 3 starts in B and
+    # crosses into A; its label stays B
+    n_steps = 6
+    traj = np.zeros((n_steps + 1, 4, 2))
+    traj[:, 0, 0], traj[:, 1, 0], traj[:, 2, 0] = -1.0, -2.0, 1.0
+    traj[:, 3, 0] = np.linspace(1.0, -1.0, n_steps + 1)
+    t = np.arange(n_steps + 1) / 2
+    rates = np.array([0.5, 0.5, -0.3, 0.2])
+    w = np.exp(np.outer(t, rates)) * np.array([1.0, 2.0, 1.0, 3.0])
+    out = eng.rollout_growth(traj, w, [0, 2, 4, 6])
+    assert np.allclose(out["A"], 0.5)
+    # B: total weight exp(-0.3 t) + 3 exp(0.2 t), growth per interval by hand
+    wb = np.exp(-0.3 * np.arange(4)) + 3 * np.exp(0.2 * np.arange(4))
+    assert np.allclose(out["B"], np.log(wb[1:] / wb[:-1]))
+
+
 def test_snapshot_sizes_and_fractions_closed_form():
     assert eng.snapshot_sizes(150, 0.4) == [150, 162, 201, 272]
     counts = eng.cluster_counts(150, 0.4)
