@@ -28,7 +28,9 @@ layout.paper_header(
     ),
     caveat="Toy scale: 2-D Gaussian mixtures replace protein structures, a Euclidean cutoff replaces the RMSD "
            "filter, and 'physically valid' becomes 'within 3σ₁ of a target mode'. Flows are small MLPs "
-           "trained live for a few hundred steps.",
+           "trained live for a few hundred steps. The budget matters for the composition badges: trained "
+           "longer (the *Training steps per flow* slider), the standard flow A catches up and the relaxation's "
+           "gain in precision shrinks below the badge's bar, while the unbalanced flow's gain over A grows.",
 )
 
 cfg = state.bind_config(eng.Config, SLUG)

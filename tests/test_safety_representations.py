@@ -1,3 +1,4 @@
+import copy
 import pickle
 
 import networkx as nx
@@ -277,6 +278,9 @@ def test_claims_at_default(res):
     # Claim 3 does not test state dependence: on the visited cells a state-blind predictor (the label
     # histogram of the buffer) also stays under 0.25; it is reported in the badge detail.
     assert np.isfinite(res.metrics["tv_marginal"])
+    # ...which is why cl[4] compares the two; at the default the S2C is the worse one (0.147 vs 0.111), not asserted
+    assert len(cl) == 5
+    assert cl[4].measured == pytest.approx(res.metrics["tv"] / res.metrics["tv_marginal"])
     assert 0.0 < res.metrics["explore_share_baseline"] <= 1.0
     land = ~res.water
     exact = res.exact_dist[land]
@@ -285,6 +289,17 @@ def test_claims_at_default(res):
     assert np.allclose(res.pred_dist.sum(-1), 1) and np.allclose(res.exact_dist.sum(-1), 1)
     assert all(np.all(np.diff(res.cum_cost[v], axis=1) >= 0) for v in res.variants)
     assert len(pickle.dumps(res)) < 2_000_000
+
+
+def test_state_dependence_badge_separates_good_and_blind_predictors(res):
+    land = ~res.water
+    exact = res.exact_dist[land]
+    marg = exact.mean(0)                                    # a state-blind predictor
+    blind_tv = 0.5 * np.abs(marg - exact).sum(-1).mean()
+    for tv, ok in ((0.0, True), (blind_tv, True), (1.5 * blind_tv, False)):
+        fake = copy.copy(res)
+        fake.metrics = {**res.metrics, "tv": tv, "tv_marginal": blind_tv}
+        assert bool(eng.claims(fake)[4].passed) is ok
 
 
 def test_oracle_helps_on_default_map(res):
