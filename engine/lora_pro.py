@@ -51,7 +51,11 @@ class Config:
                                         labels=("one linear layer", "3-layer tanh MLP"),
                                         help="the MLP gets one LoRA adapter per weight matrix"))
     x_choice: str = param("sylvester", Choice(("sylvester", "zero", "symmetric"), "Choice of X",
-                                              help="the free r×r matrix; it cancels in the W update",
+                                              labels=("Sylvester (closest to LoRA's gradients; the paper)",
+                                                      "zero (B's step carries nothing of P_B·g·P_A)",
+                                                      "symmetric (A and B each carry half of P_B·g·P_A)"),
+                                              help="the free r×r matrix; it cancels in the equivalent gradient "
+                                                   "(the first-order change of W) but not in the factors' steps",
                                               group="Advanced"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
@@ -113,7 +117,10 @@ def lorapro_grads(A: np.ndarray, B: np.ndarray, g: np.ndarray, s: float, x_choic
     elif x_choice == "zero":
         X = np.zeros((r, r))
     elif x_choice == "symmetric":
-        X = -0.5 * (BtB_inv @ B.T @ gB @ A @ A.T) / s**2
+        # the component P_B g P_A of the equivalent gradient can be carried by either factor: X = 0 gives it all to
+        # A, this X gives half to each (X A = -1/2 (BᵀB)⁻¹Bᵀ g P_A / s). Until 2026-12-04 the last factor here was
+        # AAᵀ instead of (AAᵀ)⁻¹: not scale-invariant, and LoRA-Pro then diverged at every learning rate
+        X = -0.5 * (BtB_inv @ B.T @ gB @ AAt_inv) / s**2
     else:
         raise InputError(f"unknown choice of X: {x_choice!r}")
     hA = (BtB_inv @ gA) / s**2 + X @ A

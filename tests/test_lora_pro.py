@@ -75,6 +75,24 @@ def test_sylvester_matches_scipy_and_brute_force():
                                    eng.equivalent_gradient(A, B, hA, hB, s), atol=1e-8)
 
 
+def test_x_choices_split_the_shared_component():
+    # P_B g P_A can go to either factor: X = 0 puts it all in B's column space via A's step, "symmetric" half each
+    A, B, g = _random(5, m=8, n=7, r=3)
+    s = 1.3
+    PA = A.T @ np.linalg.inv(A @ A.T) @ A
+    PB = B @ np.linalg.inv(B.T @ B) @ B.T
+    shared = PB @ g @ PA
+    for choice, share_a in (("zero", 1.0), ("symmetric", 0.5)):
+        hA, hB, _ = eng.lorapro_grads(A, B, g, s, choice)
+        np.testing.assert_allclose(s * B @ hA, PB @ g - (1 - share_a) * shared, atol=1e-8)
+        np.testing.assert_allclose(s * hB @ A, (g - PB @ g) @ PA + (1 - share_a) * shared, atol=1e-8)
+    # and the step sizes do not depend on the scale of A (B A fixed): the split is scale-invariant
+    c = 10.0
+    h1 = eng.lorapro_grads(A, B, g, s, "symmetric")
+    h2 = eng.lorapro_grads(c * A, B / c, g, s, "symmetric")
+    np.testing.assert_allclose(s * (B / c) @ h2[0], s * B @ h1[0], atol=1e-5)   # DELTA-regularised inverses
+
+
 def test_projection_identities():
     A, B, g = _random(3, m=8, n=7, r=3)
     s = 0.8
