@@ -119,3 +119,17 @@ def test_purity_claim_fails_when_the_router_pressure_fades():
     the router cannot buy routing consistency and the purity gap must vanish."""
     m = eng.run(eng.Config(aux="decay")).metrics
     assert m["purity_moe"] - m["purity_noterm"] < 0.08
+
+
+def test_fixed_comparisons_do_not_depend_on_the_experts_slider():
+    # the M = 1, 3 and 10 variants must see the same router noise whatever "Experts M" is (it used to be redrawn
+    # once the slider passed 10); settings up to 10 keep the stream they always had
+    small = eng.run(eng.Config(rounds=300, seeds=3, experts=4))
+    large = eng.run(eng.Config(rounds=300, seeds=3, experts=20))
+    for key in ("G_m3", "G_m10", "G_single", "tconv_m3", "tconv_m10"):
+        assert small.metrics[key] == large.metrics[key], key
+    rng_cfg = eng.Config(rounds=50, seeds=1, experts=20)
+    _, _, rho10 = eng.make_seed_data(rng_cfg, 0, 10)
+    _, _, rho20 = eng.make_seed_data(rng_cfg, 0, 20)
+    assert np.array_equal(rho20[:, :10], rho10) and rho20.shape == (50, 20)
+    assert not np.array_equal(rho20[:, 10:], rho20[:, :10])
