@@ -669,8 +669,8 @@ def claims(result: Result):
     n = result.n_layers * result.n_heads
     eps = m["eps"]
     return [
-        Claim("A trained softmax model puts large attention on the first token in most heads, although "
-              "⟨s⟩ carries nothing the task needs.",
+        Claim("A trained softmax model puts large attention on the first token in at least half of its heads, "
+              "although ⟨s⟩ carries nothing the task needs.",
               measured=m["sink_softmax"], op=">=", threshold=SINK_BAR, label=f"sink score (ε={eps:g})",
               detail=f"{m['n_sink_heads']} of {n} heads; the untrained model scores {m['sink_untrained']:.2f}",
               fmt=".2f"),
