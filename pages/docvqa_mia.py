@@ -141,9 +141,11 @@ memorised document needs no move at all). Standardise, run 2-means, call the clu
 minus distance to the member centre.
 
 **Black-box.** Ask the target for its answer to every question of every candidate document, train a proxy of the same
-architecture on those answers, and run the white-box attack on the proxy with the documents' true answers. Members'
+architecture (from its own random initialisation: the attacker does not know the target's) on those answers, and run the white-box attack on the proxy with the documents' true answers. Members'
 true answers agree with what the target (hence the proxy) learned.
 
 **Loss-threshold baseline.** Score $-\bar\ell(D) = -\frac1Q\sum_j \ell(\theta_0; D, q_j, a_j)$ (the ROC sweeps every
-threshold); decisions: member if $\bar\ell(D) <$ the mean training loss.
+threshold); decisions: member if $\bar\ell(D) <$ the mean training loss. The "beats the baseline" claims also ask
+each attack to clear chance by 3 standard deviations of a no-signal AUC (or accuracy): with an untrained target the
+baseline can drift below 0.5, and a chance-level attack would otherwise "beat" it.
 """)

@@ -126,3 +126,22 @@ def test_svdd_side_by_side_equals_one_by_one():
     both = eng.svdd_scores(jobs, 5, seed=3)
     for j, job in enumerate(jobs):
         np.testing.assert_allclose(both[j], eng.svdd_scores([job], 5, seed=3)[0], rtol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_detectors_fail_the_distinct_winners_claim(monkeypatch, seed):
+    # without the chance bar, three coin-flip detectors had >= 2 distinct winners at every seed tried
+    rng = np.random.default_rng(100 + seed)
+    monkeypatch.setattr(eng, "detect_all", lambda K, S, tr, te, c, s: {m: rng.random(len(te)) for m in eng.METHODS[:2]})
+    monkeypatch.setattr(eng, "svdd_scores", lambda jobs, epochs, s, progress=None: [rng.random(len(te)) for _, te in jobs])
+    res = eng.run(eng.Config(seed=seed))
+    assert res.metrics["n_distinct_winners"] >= 1                   # there are still nominal winners ...
+    claim = eng.claims(res)[0]
+    assert not claim.passed, claim.describe()                        # ... but none that beats chance
+
+
+def test_auroc_chance_bar_matches_simulated_null_spread():
+    rng = np.random.default_rng(7)
+    y = np.r_[np.zeros(40), np.ones(40)]
+    aucs = [eng.auroc(y, rng.normal(size=80)) for _ in range(3000)]
+    assert eng.auc_chance_bar(40, 40) == pytest.approx(0.5 + 3 * np.std(aucs), abs=0.015)

@@ -71,3 +71,9 @@ class Claim:
 
 def all_passed(claims: list[Claim]) -> bool:
     return all(c.passed for c in claims)
+
+
+def auc_chance_bar(n_pos: int, n_neg: int, k: float = 3.0) -> float:
+    """0.5 + k·σ₀, where σ₀ = √((n₊ + n₋ + 1) / (12 n₊ n₋)) is the standard deviation of the AUC (Mann–Whitney
+    U / n₊n₋) of a score unrelated to the labels: an AUC at or above it is clearly better than chance."""
+    return 0.5 + k * math.sqrt((n_pos + n_neg + 1) / (12.0 * n_pos * n_neg))
