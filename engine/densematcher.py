@@ -20,6 +20,13 @@ symmetry plane) tessellated from a Fibonacci point set, and a bent / twisted / s
 optionally re-tessellated with a different number of vertices. The sphere parameter u gives the exact
 ground-truth correspondence, so the geodesic error of any map can be measured on the edge graph.
 Users may also upload two meshes (OBJ / PLY / STL); those have no ground truth.
+
+Noise on the target's vertices (measured 2026-12-04, default settings otherwise; mean geodesic error / diameter,
+refined / initial error, error / xyz-baseline error): noise 0 -> 0.030 / 0.56 / 0.43, 0.004 -> 0.032 / 0.45 / 0.45,
+0.005 -> 0.040 / 0.45 / 0.58, 0.006 -> 0.098 / 0.85 / 1.42, 0.008 -> 0.19 / 1.10 / 2.82, 0.01 -> 0.29 / 1.03 / 4.18.
+The jitter is a fraction of sqrt(area); at ~1 000 vertices 0.006 is about a sixth of an edge length. The match does
+not degrade gradually but breaks down over one step of the slider; which stage gives way first (the
+Laplace-Beltrami basis or the descriptors' finest scales) was not isolated.
 """
 
 from __future__ import annotations
@@ -94,7 +101,8 @@ class Config:
     n_desc: int = param(40, Int(8, 100, "Descriptor scales", step=4, group="Advanced",
                                 help="Number of time / energy values per kernel signature"))
     noise: float = param(0.0, Float(0.0, 0.01, "Vertex noise on the target", step=0.001, group="Advanced",
-                                    help="Gaussian jitter, as a fraction of sqrt(area)"))
+                                    help="Gaussian jitter, as a fraction of sqrt(area); at the default settings "
+                                         "the match breaks down between 0.005 and 0.006 (engine docstring)"))
     seed: int = param(0, Int(0, 9, "Seed", help="Target tessellation, vertex order and noise"))
 
 
