@@ -134,17 +134,21 @@ with left:
     st.caption("log of the total weight of the particles that **started** in each cluster, from one snapshot "
                "to the next, per unit time. A particle keeps its label wherever it goes.")
 with right:
-    st.markdown("**Mean of g_net on each cluster's snapshot cells**")
+    st.markdown("**Mean of g_net on each cluster's snapshot cells** (each cell on its true cluster)")
     st.dataframe(pd.DataFrame({"t": list(eng.TIMES), "A": gs["A"], "B": gs["B"]}), hide_index=True,
                  column_config={c: st.column_config.NumberColumn(format="%+.3f") for c in ("A", "B")})
     st.caption("The growth badges average these four rows. No Euler step uses g at the last time "
                f"t = {eng.TIMES[-1]:g}: that row is the network's extrapolation.")
 bad = [f"{a:g} → {b:g} ({v:+.2f})" for a, b, v in zip(eng.TIMES[:-1], eng.TIMES[1:], gr["B"]) if v > 0]
+overlap = (f" At t = {eng.TIMES[-1]:g}, {m['a_cells_right_last']:.0f} of the {m['cells_right_last']:.0f} cells right "
+           "of x₁ = 0 belong to the growing cluster A: its tail has crossed over, and unlabelled snapshots cannot "
+           "tell those cells from B survivors." if m["a_cells_right_last"] > 0 else "")
 if bad:
     st.warning("The particles that started in the dying cluster B **gained** mass on " + ", ".join(bad) + ": "
                "part of them were carried into A and grew there (the false transitions of section 3), "
-               "instead of dying where they are. In our runs this happened with wide clusters (σ_true = 0.5), "
-               "where only a few, widely spread cells are left in B at the late snapshots.")
+               "instead of dying where they are." + overlap)
+elif overlap:
+    st.caption(overlap.strip())
 
 st.subheader("3 · Where the final mass came from")
 labels = ["A → A", "A → B", "B → A", "B → B"]

@@ -47,6 +47,19 @@ def test_rollout_growth_per_interval(default_result):
     # the badge's numbers are the means of the per-snapshot table
     assert r.metrics["g_left"] == pytest.approx(float(np.mean(r.growth_at_snapshots["A"])), abs=1e-6)
     assert r.metrics["g_right"] == pytest.approx(float(np.mean(r.growth_at_snapshots["B"])), abs=1e-6)
+    assert r.metrics["a_cells_right_last"] == 0
+
+
+def test_growth_is_scored_on_true_clusters():
+    # at the default the clusters never cross x1 = 0, so true membership and the side of x1 = 0 agree
+    snaps = eng.make_snapshots(np.random.default_rng(0), 150, 0.4, 0.2)
+    for s, (n_a, _) in zip(snaps, eng.cluster_counts(150, 0.4)):
+        assert np.array_equal(np.arange(len(s)) < n_a, s[:, 0] < 0)
+    # wide clusters: A's growing tail crosses over by t = 3 (1 - Phi(1.5 / sqrt(0.09 + 0.75)) = 5 % of 249 cells)
+    wide = eng.make_snapshots(np.random.default_rng(0), 150, 0.4, 0.5)
+    n_a = eng.cluster_counts(150, 0.4)[-1][0]
+    crossed = int((wide[-1][:n_a, 0] > 0).sum())
+    assert 4 <= crossed <= 25
 
 
 def test_rollout_growth_by_hand():
