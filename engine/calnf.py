@@ -18,8 +18,8 @@ Fewest failure points (measured 2026-12-04, seed 0, other settings at their defa
 n_t = 4 fails four of them, among them the calibrated label's own gain (held-out failure LL, q(.; c*) - q(.; 0):
 -1.1 nats) and the gain over the pooled flow (0.22, bar 1); n_t = 6 still fails the ROC-AUC of the calibrated
 score (0.93); from n_t = 8 on only the nominal-LL badge fails (it passes at the default n_t = 20 and seed 0 and is
-seed-dependent, see the README's seed table). With 4 points the bootstrap resamples are nearly identical and the
-flow has too little to calibrate against.
+seed-dependent, see the README's seed table). Why 4 points are too few here (too little for the calibrated label to
+fit, or bootstrap resamples of 4 points too unlike one another) was not isolated.
 """
 
 from __future__ import annotations
