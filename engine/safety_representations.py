@@ -108,6 +108,25 @@ the episode and its observations (lidar, images) show the hazards locally, ours 
 coordinates; it trains for 2-10 M steps with stochastic policies, we for 25 600 with epsilon-greedy, where most
 violations happen before the representation can steer behaviour; it reports return and cost during training
 (success on SafeMetaDrive), not greedy success after training.
+
+Why the state-dependence badge (TV to the exact distribution vs the state-blind label histogram) fails, measured
+2026-12-04 at Config(seed=s), s = 0, 1, 2: the buffer's own per-cell label frequencies -- what a perfect fit of the
+S2C's data would return -- score TV 0.139 / 0.096 / 0.092 against the final policy's exact distribution, worse than
+the histogram (0.111 / 0.055 / 0.062) and close to the S2C itself (0.147 / 0.091 / 0.081; its TV to those per-cell
+frequencies is 0.072 / 0.059 / 0.053). With every label kept, most of them come from earlier, more random policies
+that walked into the hazards; the final policy avoids them, so its per-cell distribution is nearly "safe within H_s"
+everywhere, which the histogram (90 % of labels in that bin) already says. The gap is the age of the data, not the
+fit; with the last-4 000-label buffer the per-cell frequencies score 0.101 / 0.052 / 0.013 against 0.105 / 0.027 /
+0.013. `tv_emp_exact` reports it live.
+
+Depth, measured 2026-12-04 (rule fixed before: adopt the spec's 64-64 networks if the default run stays under 3 s and
+the plain agent still learns, whatever the SRPL badges say). S2C alone 64-64 (Q one layer): it fits its labels better
+(TV to the per-cell frequencies 0.062 / 0.052 / 0.046, largest predicted P(cost within 2 steps) 0.71-0.77 vs 0.51-0.64)
+but the badges do not improve (cost ratio 1.43 / 1.13 / 0.98, success difference -0.19 / -0.02 / -0.18, TV ratio
+1.21 / 1.13 / 1.31); it would also break the spec's "same architecture as the policy". Both networks 64-64 with
+LayerNorm (the spec's Q network): about 7 s per default run in numpy, and the plain agent never reaches the goal at
+25 600 steps (greedy success 0.00 at seeds 0-2). Both 64-64 without LayerNorm: 1.4 s, plain success 0.25 / 0.05 /
+0.01 (one layer: 0.33 / 0.02 / 0.21), SRPL cost ratio 1.41 / 0.82 / 1.25. Neither qualifies; the one-layer networks stay.
 """
 
 from __future__ import annotations
@@ -579,6 +598,8 @@ def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
         tv = 0.5 * np.abs(pred - exact).sum(1)
         marg = np.bincount(buf_y[:buf_n], minlength=K) / max(buf_n, 1)   # state-blind predictor
         out["tv_marginal"] = float((0.5 * np.abs(marg - exact).sum(1))[land].mean()) if land.any() else float("nan")
+        # the buffer's own per-cell label frequencies (what a perfect fit of the S2C would return) against the same target
+        out["tv_emp_exact"] = float((0.5 * np.abs(emp - exact).sum(1))[land].mean()) if land.any() else float("nan")
         out.update(pred=pred.reshape(R, C, K), exact=exact.reshape(R, C, K),
                    tv=float(tv[land].mean()) if land.any() else float("nan"),
                    label_hist=np.bincount(buf_y[:buf_n], minlength=K))
@@ -625,6 +646,7 @@ def _run_variants(config: Config, variants: list, progress=None) -> Result:
     metrics["tv"] = float(np.nanmean(tv)) if np.isfinite(tv).any() else float("nan")
     metrics["tv_fit"] = float(np.nanmean(g("tv_emp", "srpl")))
     metrics["tv_marginal"] = float(np.nanmean(g("tv_marginal", "srpl")))
+    metrics["tv_emp_exact"] = float(np.nanmean(g("tv_emp_exact", "srpl")))
     metrics["land_cells"] = float((~water).sum())
     metrics["land_cells_next_to_water"] = float((water_distance(water)[~water] == 1).sum())
     metrics["max_hazard_distance"] = float(water_distance(water)[~water].max())
@@ -669,6 +691,7 @@ def claims(result: Result) -> list[Claim]:
               measured=m["tv"] / max(m["tv_marginal"], 1e-9), op="<=", threshold=1.0,
               label="TV(S2C, exact) / TV(state-blind, exact)",
               detail=f"S2C {m['tv']:.3f} vs label histogram of the buffer {m['tv_marginal']:.3f}, same cells and "
-                     "the same exact distribution under the final ε-greedy policy", fmt=".2f"),
+                     "the same exact distribution under the final ε-greedy policy; the buffer's own per-cell label "
+                     f"frequencies (a perfect fit of its data) score {m['tv_emp_exact']:.3f}", fmt=".2f"),
     ]
     return out
