@@ -52,23 +52,27 @@ if not_reproduced:
         f"Measured LSD (mean over {cfg.n_eval} clip(s)): RFWave N = 10 {m['lsd_n10']:.2f} dB, N = 50 "
         f"{m['lsd_n50']:.2f} dB, random phase {m['lsd_random_phase']:.2f} dB, Griffin-Lim (10 it.) "
         f"{m['lsd_gl10']:.2f} dB; N = 4 straightness {m['lsd_straight4']:.2f} vs uniform "
-        f"{m['lsd_uniform4']:.2f} dB. **Diagnosis** (measured offline on clips 0–1): the pipeline is sound — "
-        "the same network trained on one clip alone reaches 5.0 dB there after 1 200 steps (Griffin-Lim "
-        "6.35 dB) — but trained on 512 clips it stalls at the random-phase level: validation LSD stayed at "
-        "9.6 dB from 1 000 to 12 000 steps (a first run of 4 500 steps gave the same). Its samples' own "
-        "magnitudes are 8.4 dB from the truth and 3.8 dB too quiet on the loud cells, and their phase is "
-        "incoherent: the frame-to-frame phase advance on the strongest 2 % of cells is off by 1.27 rad "
-        "(Griffin-Lim 0.57). Given the true phase its magnitudes would score 5.7 dB; given the true "
-        "magnitude its phase 6.8 dB. Our reading: about 3/4 of the noise lies outside the subspace of "
-        "consistent STFTs and could be removed by a local linear map, which a 64-channel backbone fed 80 "
-        "noisy channels cannot represent (the paper's model has 18 M parameters). Width alone does not "
-        "fix it: a 96-wide backbone (0.39 M parameters, 16 000 steps) lowered the training loss from 0.56 to "
-        "0.48 but validation LSD (N = 10) only from 9.62 to 9.54 dB (we had fixed a 0.3 dB gain as the bar "
-        "for shipping it), and at this default config its ratios would be 0.859 and 1.417. We also tried the "
-        "official code's other noise option, z0 = the STFT of white "
-        "noise (consistent from the start): with the same network, validation LSD plateaued at 10.0 dB after "
-        "9 000 steps (Gaussian prior: 9.6 dB), so it was not shipped."
+        f"{m['lsd_uniform4']:.2f} dB."
     )
+    with st.expander("Diagnosis and what was tried (offline)"):
+        st.markdown(
+            "Measured offline on clips 0–1: the pipeline is sound — "
+            "the same network trained on one clip alone reaches 5.0 dB there after 1 200 steps (Griffin-Lim "
+            "6.35 dB) — but trained on 512 clips it stalls at the random-phase level: validation LSD stayed at "
+            "9.6 dB from 1 000 to 12 000 steps (a first run of 4 500 steps gave the same). Its samples' own "
+            "magnitudes are 8.4 dB from the truth and 3.8 dB too quiet on the loud cells, and their phase is "
+            "incoherent: the frame-to-frame phase advance on the strongest 2 % of cells is off by 1.27 rad "
+            "(Griffin-Lim 0.57). Given the true phase its magnitudes would score 5.7 dB; given the true "
+            "magnitude its phase 6.8 dB. Our reading: about 3/4 of the noise lies outside the subspace of "
+            "consistent STFTs and could be removed by a local linear map, which a 64-channel backbone fed 80 "
+            "noisy channels cannot represent (the paper's model has 18 M parameters). Width alone does not "
+            "fix it: a 96-wide backbone (0.39 M parameters, 16 000 steps) lowered the training loss from 0.56 to "
+            "0.48 but validation LSD (N = 10) only from 9.62 to 9.54 dB (we had fixed a 0.3 dB gain as the bar "
+            "for shipping it), and at this default config its ratios would be 0.859 and 1.417. We also tried the "
+            "official code's other noise option, z0 = the STFT of white "
+            "noise (consistent from the start): with the same network, validation LSD plateaued at 10.0 dB after "
+            "9 000 steps (Gaussian prior: 9.6 dB), so it was not shipped."
+        )
 
 st.subheader("Listen")
 cols = st.columns(3)
