@@ -368,3 +368,8 @@ def test_leave_some_out_measured(loo_result):
     assert all(math.isfinite(c.measured) for c in cl)
     assert {c.label for c in cl[-2:]} == {"min(LOO_TrackStar/LOO_BM25, LOO_TrackStar/LOO_grad·grad)",
                                           "LOO rungs that raise the drop (of 3)"}
+    # the paired rung differences are the differences of the per-arm means, with a standard error beside them
+    m = loo_result.metrics
+    for a, b in zip(eng.GRAD_METHODS[:-1], eng.GRAD_METHODS[1:]):
+        assert m[f"loo_rung_{b}"] == pytest.approx(m[f"loo_{b}"] - m[f"loo_{a}"], abs=1e-6)
+        assert m[f"loo_rung_se_{b}"] > 0
