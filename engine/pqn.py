@@ -86,6 +86,7 @@ class Result:
     final_maxv: dict                     # variant -> (seeds,)
     diverged: dict                       # variant -> (seeds,) bool
     lam_max: float                       # largest real part of eig of the expected linear TD matrix
+    norm_median: dict = field(default_factory=dict)   # variant -> (P,) median norm over the seeds still finite (nan: none)
     pqn: dict = field(default_factory=dict)   # learner -> dict of curves (empty when Part B is off)
     metrics: dict = field(default_factory=dict)
 
@@ -465,7 +466,17 @@ def run(config: Config, progress=None) -> Result:
         m["dqn_seconds"] = pqn["DQN (replay + target)"]["seconds"]
     report(progress, 1.0, "done")
     return Result(steps=rec, maxv=maxv, norm=norm, final_maxv=final, diverged=ever, lam_max=lam, pqn=pqn,
-                  metrics=m)
+                  norm_median={v: finite_median(norm[v]) for v in norm}, metrics=m)
+
+
+def finite_median(x: np.ndarray) -> np.ndarray:
+    """Median over axis 0 of the finite entries of each column; nan where a column has none (no warning)."""
+    x = np.asarray(x, dtype=float)
+    out = np.full(x.shape[1:], np.nan)
+    ok = np.isfinite(x)
+    for j in np.flatnonzero(ok.any(0)):
+        out[j] = np.median(x[ok[:, j], j])
+    return out
 
 
 def claims(result: Result) -> list[Claim]:

@@ -71,9 +71,7 @@ with left:
 with right:
     fig = go.Figure()
     for vi, v in enumerate(eng.VARIANTS):
-        med = np.nanmedian(np.where(np.isfinite(res.norm[v]), res.norm[v], np.nan), axis=0) \
-            if np.isfinite(res.norm[v]).any() else res.norm[v][0]
-        fig.add_trace(go.Scatter(x=res.steps, y=med, mode="lines", name=eng.LABELS[v],
+        fig.add_trace(go.Scatter(x=res.steps, y=res.norm_median[v], mode="lines", name=eng.LABELS[v],
                                  line=dict(color=charts.COLORS[vi])))
     charts.themed(fig, "Parameter norm ‖θ‖ (median over finite seeds)", 380)
     fig.update_xaxes(title="TD step")

@@ -124,3 +124,13 @@ def test_work_guard_refuses_settings_over_the_time_limit():
     assert eng.estimated_seconds(eng.Config(width=128)) > eng.estimated_seconds(eng.Config(width=64))
     assert (eng.estimated_seconds(eng.Config(run_pqn=True, n_envs=8))
             > eng.estimated_seconds(eng.Config(run_pqn=True, n_envs=64)))
+
+
+def test_finite_median_ignores_blown_up_seeds_without_warnings():
+    import warnings
+
+    x = np.array([[1.0, np.inf, np.nan, 5.0], [3.0, 2.0, np.inf, np.nan], [2.0, 4.0, np.nan, 7.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        med = eng.finite_median(x)
+    assert med[0] == 2.0 and med[1] == 3.0 and np.isnan(med[2]) and med[3] == 6.0
