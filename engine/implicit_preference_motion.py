@@ -676,6 +676,13 @@ def run(config: Config, progress=None) -> Result:
         "agreement": agree(d), "agreement_control": agree(d_ctrl), "n_mixed_pairs": float(mixed.sum()),
         "pref_fail_rate": float(fail.mean()),
     }
+    # where the held-out OMF curve of DPA-OMF (16 scenes, DPO checkpoints) was lowest: a minimum before the last
+    # checkpoint followed by a rise is the sign of over-optimising the preference pairs
+    cv = curves.get("DPA-OMF", np.zeros(0))
+    if len(cv) > 1:
+        j = int(np.argmin(cv))
+        met.update(curve_best_step=float(marks[j]), curve_best_omf=float(cv[j]), curve_last_omf=float(cv[-1]),
+                   curve_first_omf=float(cv[0]))
     if "adversarial" in table:
         adv = table["adversarial"]
         met.update(adv_failure=adv["failure"], adv_omf=adv["omf"], omf_gap=adv["omf"] - dpa_t["omf"],

@@ -145,6 +145,15 @@ with right:
     charts.show(fig, key="curve")
 download.download_csv(pd.DataFrame({"step": res.curve_steps, **{k: v for k, v in res.curve_omf.items()}}),
                       "ipm_dpo_curve.csv", key="dl_curve")
+if "curve_best_step" in m and m["curve_best_step"] < res.curve_steps[-1] \
+        and m["curve_last_omf"] > m["curve_best_omf"] + 0.1 * (m["curve_first_omf"] - m["curve_best_omf"] + 1e-9):
+    st.info(f"Over-optimisation on this run: DPA-OMF's held-out OMF distance was lowest at DPO step "
+            f"{m['curve_best_step']:.0f} ({m['curve_best_omf']:.2f}, from {m['curve_first_omf']:.2f} for the reference) "
+            f"and is {m['curve_last_omf']:.2f} at the last step. With {cfg.n_scenes} scenes there are "
+            f"{2 * cfg.n_scenes} preference pairs, and DPO keeps pushing their log-ratios apart after the policy has "
+            "stopped improving. Fewer DPO steps or more preference scenes (sliders) move the result; the badges above "
+            "are measured at the last step, with no early stopping picked on held-out scenes.",
+            icon=":material/info:")
 
 if len(res.sweep_m):
     st.subheader("5 · More preference scenes")

@@ -131,3 +131,11 @@ def test_wasserstein_matches_scipy():
         assert eng.wasserstein_distance(u, v) == pytest.approx(w1_scipy(u, v), rel=1e-12, abs=1e-12)
     u = np.round(rng.normal(size=80), 1)
     assert eng.wasserstein_distance(u, u[::-1]) == 0.0
+
+
+def test_dpo_curve_minimum_is_reported(default_result):
+    r, m = default_result, default_result.metrics
+    cv = r.curve_omf["DPA-OMF"]
+    assert m["curve_best_omf"] == pytest.approx(cv.min())
+    assert m["curve_best_step"] == r.curve_steps[int(np.argmin(cv))]
+    assert m["curve_first_omf"] == pytest.approx(cv[0]) and m["curve_last_omf"] == pytest.approx(cv[-1])
