@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from components import seed_notes
+from components.state import PAGE_SLUG_KEY
 from engine.core.claims import Claim
 from engine.registry import get
 
@@ -53,6 +55,9 @@ def claims_panel(claims: list[Claim], title: str = "Claims, measured on this run
                 if c.detail:
                     line += f" — {c.detail}"
                 st.caption(line)
+                flip = seed_notes.note(st.session_state.get(PAGE_SLUG_KEY), c.label)
+                if flip:
+                    st.caption(f":material/casino: {flip}")
             with right:
                 if c.passed:
                     st.badge("reproduced", icon=":material/check_circle:", color="green")

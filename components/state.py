@@ -67,6 +67,9 @@ def _coerce(spec, value: Any, default: Any) -> Any:
         return default
 
 
+PAGE_SLUG_KEY = "_explorer_page_slug"   # the slug of the page being drawn (set by bind_config, read by the claims panel)
+
+
 def bind_config(config_cls, slug: str, container=None, title: str = "Settings", views: tuple[str, ...] = ()):
     """Render the widgets of ``config_cls`` bound to the URL; return the Config.
 
@@ -74,6 +77,7 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     kept in the URL and not reported as unknown.
     """
     container = container if container is not None else st.sidebar
+    st.session_state[PAGE_SLUG_KEY] = slug
     VIEW_PARAMS.setdefault(slug, set()).update(views)
     specs = widget_specs(config_cls)
     base = defaults(config_cls)

@@ -1,15 +1,20 @@
-"""Which claim badges depend on the seed: ``python -m tests.seeds [--seeds 0,1,2] [--pages a,b]``.
+"""Which claim badges depend on the seed: ``python -m tests.seeds [--seeds 0,1,2] [--pages a,b] [--write]``.
 
 Runs every built engine at its default config with each seed (pages whose Config has a ``seed`` field) and
 prints, per page, the claims whose pass/fail differs between seeds, with the measured values. A script, not a
 test: it takes a few minutes, and a badge that flips with the seed is a fact to report, not a failure.
+
+``--write`` also stores the result of every page it ran in ``assets/seed_flips.json`` (or ``--out``), which the
+claims panel reads to mark those badges on the pages; pages not run keep their stored entry.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import importlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -35,7 +40,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--pages", default="")
+    ap.add_argument("--write", action="store_true", help="store the flips for the claims panel")
+    ap.add_argument("--out", default=str(ROOT / "assets" / "seed_flips.json"))
     args = ap.parse_args()
+    out = Path(args.out)
+    stored = json.loads(out.read_text()) if args.write and out.exists() else {}
+    stored.setdefault("pages", {})
+    today = datetime.date.today().isoformat()
     seeds = [int(s) for s in args.seeds.split(",")]
     only = {p for p in args.pages.split(",") if p}
     for paper in built_papers():
@@ -54,6 +65,11 @@ def main() -> None:
             print("    " + label + ": " + ", ".join(f"seed {s} {'pass' if p else 'FAIL'} {m:.3g}"
                                                    for s, (p, m) in zip(ok, vals)))
         sys.stdout.flush()
+        if args.write:
+            stored["pages"][paper.slug] = {"measured": today, "seeds": ok,
+                                           "flips": {k: [[s, p, m] for s, (p, m) in zip(ok, v)]
+                                                     for k, v in flips.items()}}
+            out.write_text(json.dumps(stored, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

@@ -11,3 +11,55 @@ def test_extremes_sweep_sees_the_mechanism_switched_off(capsys):
     assert any("median G_T(MoE) / G_T(single): pass" in line and "-> FAIL" in line for line in block), out
     # a setting the engine refuses is reported as such, with the engine's message
     assert "  pool=1: refused: the pool (N = 1) must hold at least one task per cluster" in out, out
+
+
+def test_seed_sweep_writes_the_flips_the_claims_panel_reads(tmp_path, monkeypatch):
+    """`tests.seeds --write` on the cheapest page whose badges flip with the seed (moe-continual: its gating
+    badges change between seeds 0 and 1) stores them, and `seed_notes.note` turns them into the panel's line."""
+    import importlib
+    import json
+    import sys
+
+    from components import seed_notes
+    from tests import seeds
+
+    out = tmp_path / "flips.json"
+    out.write_text(json.dumps({"pages": {"some-other-page": {"measured": "x", "seeds": [0], "flips": {}}}}))
+    monkeypatch.setattr(sys, "argv", ["seeds", "--pages", "moe-continual", "--seeds", "0,1", "--write",
+                                      "--out", str(out)])
+    seeds.main()
+    data = json.loads(out.read_text())
+    assert "some-other-page" in data["pages"]                     # pages not run keep their entry
+    page = data["pages"]["moe-continual"]
+    assert page["seeds"] == [0, 1] and page["flips"]
+    eng = importlib.import_module("engine.moe_continual")
+    labels = {c.label for c in eng.claims(eng.run(eng.Config()))}
+    for label, rows in page["flips"].items():
+        assert label in labels
+        assert len({ok for _, ok, _ in rows}) == 2                 # a stored flip really changes verdict
+        line = seed_notes.note("moe-continual", label, path=str(out))
+        assert line.startswith("At the default settings this verdict changes with the seed: seed 0 ")
+    assert seed_notes.note("moe-continual", "no such badge", path=str(out)) is None
+    assert seed_notes.note(None, next(iter(page["flips"])), path=str(out)) is None
+
+
+def test_shipped_seed_flips_name_existing_badges():
+    """Every badge named in the shipped assets/seed_flips.json is still a claim label of that page at its default
+    config (a renamed badge would silently lose its note), and every stored flip really changes verdict."""
+    import importlib
+    import json
+
+    from components import seed_notes
+    from engine.registry import built_papers
+
+    data = json.loads(seed_notes.PATH.read_text())
+    papers = {p.slug: p for p in built_papers()}
+    assert set(data["pages"]) <= set(papers)
+    for slug, page in data["pages"].items():
+        if not page["flips"]:
+            continue
+        eng = importlib.import_module(papers[slug].module)
+        labels = {c.label for c in eng.claims(eng.run(eng.Config()))}
+        for label, rows in page["flips"].items():
+            assert label in labels, (slug, label)
+            assert len({ok for _, ok, _ in rows}) == 2, (slug, label)
