@@ -58,10 +58,30 @@ def lines(x, ys: dict[str, Sequence[float]], title: str = "", xlabel: str = "", 
 def bars(names: Sequence[str], values: Sequence[float], title: str = "", ylabel: str = "",
          errors: Sequence[float] | None = None, height: int = 340, colors: Sequence[str] | None = None,
          text_fmt: str = ".3g") -> go.Figure:
+    labels = [format(v, text_fmt) for v in values]
     fig = go.Figure(go.Bar(x=list(names), y=list(values),
                            error_y=dict(type="data", array=list(errors)) if errors is not None else None,
                            marker_color=list(colors) if colors else COLORS[0],
-                           text=[format(v, text_fmt) for v in values], textposition="outside"))
+                           text=labels if errors is None else None, textposition="outside"))
+    if errors is not None:
+        # a bar's own text would sit on its error bar: write the value above the whisker instead (below it for a
+        # negative bar)
+        ends = []
+        for name, v, e, lab in zip(names, values, errors, labels):
+            if v is None or not np.isfinite(v):
+                continue
+            e = float(e) if e is not None and np.isfinite(e) else 0.0
+            up = v >= 0
+            ends.append(v + e if up else v - e)
+            fig.add_annotation(x=name, y=ends[-1], text=lab, showarrow=False,
+                               yanchor="bottom" if up else "top", yshift=2 if up else -2)
+        if ends:
+            # autorange leaves room for a bar's own text, not for annotations: an invisible shape (shapes count in
+            # autorange, and lines a page adds later still widen it) reserves a label's height beyond the whiskers
+            lo, hi = min(0.0, *ends), max(0.0, *ends)
+            pad = 0.12 * ((hi - lo) or 1.0)
+            fig.add_shape(type="line", xref="paper", x0=0, x1=0, y0=lo - pad if lo < 0 else lo,
+                          y1=hi + pad if hi > 0 else hi, line=dict(width=0), opacity=0)
     fig.update_yaxes(title=ylabel)
     return themed(fig, title, height)
 
@@ -115,7 +135,63 @@ def scatter(x, y, color=None, title: str = "", xlabel: str = "", ylabel: str = "
     return themed(fig, title, height)
 
 
+# Top-margin layout when a figure has both a title (or subplot titles) and the template's legend row above the
+# plot: both start at the left edge, so without this the legend is drawn over the title.
+TITLE_BAND = 34        # px from the top of the figure to the first legend row (the title sits in it)
+LEGEND_ROW = 22        # px per legend row (font 13)
+LEGEND_WIDTH = 560     # px a legend row is assumed to have: about a half-width column of the wide layout
+SUBPLOT_TITLE_BAND = 22
+
+
+def legend_on_top(fig: go.Figure) -> bool:
+    """Whether plotly will draw the template's horizontal legend above the plot area."""
+    lay = fig.layout
+    if lay.showlegend is False:
+        return False
+    leg = lay.legend
+    if leg.orientation not in (None, "h") or (leg.y is not None and leg.y < 1) or leg.yref == "container":
+        return False
+    entries = any(t.showlegend is not False and t.visible is not False for t in fig.data)
+    if lay.showlegend:
+        return entries
+    # plotly's default: a legend once two traces are visible, counting those hidden from it with showlegend=False
+    return entries and sum(t.visible is not False for t in fig.data) >= 2
+
+
+def legend_rows(fig: go.Figure, width: float = LEGEND_WIDTH) -> int:
+    """Rows a horizontal legend wraps into at ``width`` px (7.5 px per character, 45 px symbol and gap)."""
+    rows, used = 1, 0.0
+    for t in fig.data:
+        if t.showlegend is False or t.visible is False:
+            continue
+        w = 45 + 7.5 * len(str(t.name or "trace 0"))
+        if used and used + w > width:
+            rows, used = rows + 1, 0.0
+        used += w
+    return rows
+
+
+def stack_title_and_legend(fig: go.Figure) -> go.Figure:
+    """Title at the very top, legend rows under it, subplot titles under those, then the plot (in place)."""
+    lay = fig.layout
+    has_title = bool(lay.title and lay.title.text)
+    sub_titles = any(a.yref == "paper" and a.y is not None and a.y >= 0.99 and a.yanchor == "bottom"
+                     for a in lay.annotations)
+    if not (has_title or sub_titles) or not legend_on_top(fig):
+        return fig
+    rows = legend_rows(fig)
+    head = TITLE_BAND if has_title else 8
+    top = head + LEGEND_ROW * rows + (SUBPLOT_TITLE_BAND if sub_titles else 0) + 8
+    height = lay.height or 450
+    upd = dict(margin=dict(t=max(top, lay.margin.t or 0)),
+               legend=dict(yref="container", y=1 - head / height, yanchor="top"))
+    if has_title:
+        upd["title"] = dict(yref="container", y=1, yanchor="top", pad=dict(t=8))
+    fig.update_layout(**upd)
+    return fig
+
+
 def show(fig: go.Figure, key: str | None = None) -> None:
     import streamlit as st
 
-    st.plotly_chart(fig, width="stretch", key=key, config={"displaylogo": False})
+    st.plotly_chart(stack_title_and_legend(fig), width="stretch", key=key, config={"displaylogo": False})

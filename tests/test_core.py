@@ -163,3 +163,65 @@ def test_chart_theme_is_applied_without_per_figure_template():
         assert fig.layout.template.layout.font.size == 13
     fig = charts.themed(go.Figure(), "title", 300, width=400)
     assert (fig.layout.title.text, fig.layout.height, fig.layout.width) == ("title", 300, 400)
+
+
+def test_title_and_legend_are_stacked_not_overlaid():
+    """A titled chart with the template's legend row gets the title at the top and the legend rows below it (the
+    browser test checks the laid-out boxes); charts without a title or a legend are left as they are."""
+    import plotly.graph_objects as go
+
+    from components import charts
+
+    two = charts.lines([0, 1], {"a": [0, 1], "b": [1, 0]}, title="t")
+    charts.stack_title_and_legend(two)
+    assert two.layout.title.yref == "container" and two.layout.title.yanchor == "top"
+    assert two.layout.legend.yref == "container" and two.layout.legend.yanchor == "top"
+    # the legend starts below the title band and the plot starts below the legend row
+    assert (1 - two.layout.legend.y) * two.layout.height == charts.TITLE_BAND
+    assert two.layout.margin.t >= charts.TITLE_BAND + charts.LEGEND_ROW
+    margin = two.layout.margin.t
+    charts.stack_title_and_legend(two)                      # idempotent (cached figures are shown again)
+    assert two.layout.margin.t == margin
+
+    # one series with a hidden band trace: plotly still draws a legend (two visible traces), so it is stacked
+    band = charts.lines([0, 1], {"a": [0, 1]}, title="t", bands={"a": ([0, 0], [1, 1])})
+    assert charts.legend_on_top(band)
+    # no title, a single trace, or a legend placed elsewhere: untouched
+    for fig in (charts.lines([0, 1], {"a": [0, 1], "b": [1, 0]}), charts.lines([0, 1], {"a": [0, 1]}, title="t"),
+                charts.lines([0, 1], {"a": [0, 1], "b": [1, 0]}, title="t").update_layout(legend=dict(y=0.1)),
+                charts.lines([0, 1], {"a": [0, 1], "b": [1, 0]}, title="t").update_layout(showlegend=False)):
+        before = fig.to_plotly_json()
+        assert charts.stack_title_and_legend(fig).to_plotly_json() == before
+
+    # long names wrap into more rows, and the top margin grows with them
+    many = charts.lines([0, 1], {f"a rather long series name {i}": [0, i] for i in range(6)}, title="t")
+    assert charts.legend_rows(many) == 3                    # 27 characters: two entries fit in 560 px
+    assert charts.legend_rows(many, width=300) == 6
+    many = charts.lines([0, 1], {f"a series name long enough to fill a row {i}": [0, i] for i in range(6)}, title="t")
+    assert charts.legend_rows(many) == 6
+    charts.stack_title_and_legend(many)
+    assert many.layout.margin.t >= charts.TITLE_BAND + 6 * charts.LEGEND_ROW
+    # subplot titles (annotations above each panel) get their own band under the legend
+    from plotly.subplots import make_subplots
+    sub = make_subplots(rows=1, cols=2, subplot_titles=("left", "right"))
+    sub.add_trace(go.Scatter(x=[0], y=[0], name="x"), 1, 1)
+    sub.add_trace(go.Scatter(x=[0], y=[0], name="y"), 1, 2)
+    charts.stack_title_and_legend(sub)
+    assert sub.layout.margin.t >= 8 + charts.LEGEND_ROW + charts.SUBPLOT_TITLE_BAND
+
+
+def test_bar_values_with_error_bars_sit_beyond_the_whiskers():
+    """With error bars a bar's value is written past the end of its whisker (not on it), and the axis keeps
+    room for it; without error bars the bar carries its own text as before."""
+    from components import charts
+
+    fig = charts.bars(["a", "b", "c"], [0.5, -0.2, float("nan")], errors=[0.1, 0.05, 0.1], text_fmt=".2f")
+    assert fig.data[0].text is None
+    ann = {a.x: a for a in fig.layout.annotations}
+    assert set(ann) == {"a", "b"}                                   # nothing for the missing value
+    assert (ann["a"].y, ann["a"].yanchor, ann["a"].text) == (0.6, "bottom", "0.50")
+    assert (round(ann["b"].y, 12), ann["b"].yanchor, ann["b"].text) == (-0.25, "top", "-0.20")
+    (room,) = fig.layout.shapes
+    assert room.y1 > 0.6 and room.y0 < -0.25 and room.opacity == 0
+    plain = charts.bars(["a"], [0.5], text_fmt=".2f")
+    assert list(plain.data[0].text) == ["0.50"] and not plain.layout.annotations
