@@ -172,19 +172,23 @@ def legend_rows(fig: go.Figure, width: float = LEGEND_WIDTH) -> int:
 
 
 def stack_title_and_legend(fig: go.Figure) -> go.Figure:
-    """Title at the very top, legend rows under it, subplot titles under those, then the plot (in place)."""
+    """Title at the very top, legend rows under it, subplot titles under those, then the plot (in place).
+
+    Only figures with two of the three (title, top legend, subplot titles) change."""
     lay = fig.layout
     has_title = bool(lay.title and lay.title.text)
     sub_titles = any(a.yref == "paper" and a.y is not None and a.y >= 0.99 and a.yanchor == "bottom"
                      for a in lay.annotations)
-    if not (has_title or sub_titles) or not legend_on_top(fig):
+    legend = legend_on_top(fig)
+    if has_title + sub_titles + legend < 2:
         return fig
-    rows = legend_rows(fig)
+    rows = legend_rows(fig) if legend else 0
     head = TITLE_BAND if has_title else 8
     top = head + LEGEND_ROW * rows + (SUBPLOT_TITLE_BAND if sub_titles else 0) + 8
     height = lay.height or 450
-    upd = dict(margin=dict(t=max(top, lay.margin.t or 0)),
-               legend=dict(yref="container", y=1 - head / height, yanchor="top"))
+    upd = dict(margin=dict(t=max(top, lay.margin.t or 0)))
+    if legend:
+        upd["legend"] = dict(yref="container", y=1 - head / height, yanchor="top")
     if has_title:
         upd["title"] = dict(yref="container", y=1, yanchor="top", pad=dict(t=8))
     fig.update_layout(**upd)

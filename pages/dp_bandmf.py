@@ -61,7 +61,7 @@ with left:
     fig.add_trace(go.Scatter(x=[m["b_best"]], y=[m["rmse_best"]], mode="markers", name="b*",
                              marker=dict(size=14, symbol="star", color="black")))
     fig.add_vline(x=m["heuristic"], line_dash="dot", line_color=charts.COLORS[0],
-                  annotation_text="ε√n/k")
+                  annotation_text="ε√n/k", annotation_position="bottom right")   # clear of the DP-SGD label
     charts.show(fig, key="rmse")
 with right:
     fig = charts.lines(bands, {f"ε = {cfg.epsilon:g}": res.sigma, f"ε = {res.eps_low:g}": res.sigma_low},

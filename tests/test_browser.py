@@ -1,8 +1,8 @@
 """Real-browser tests: the app served on loopback, driven by Debian's chromium through selenium.
 
 - every built page and the home gallery render their claims panel and first plot with no error
-  element, and no chart draws its legend over its title or a subplot title (bounding boxes as the browser laid
-  them out); a screenshot per page goes to artifacts/screenshots/;
+  element, and no chart draws two of its labels over each other (title, subplot titles and annotations, legend,
+  axis titles; bounding boxes as the browser laid them out); a screenshot per page goes to artifacts/screenshots/;
 - a shared URL with parameters opens with the widgets showing those values;
 - a load test: 20 concurrent sessions (tabs of one chromium) on 20 different pages, no errors,
   bounded server memory, p50/p95 time to first plot printed.
@@ -182,23 +182,26 @@ def test_home_gallery_in_browser(server, driver):
     driver.save_screenshot(str(ARTIFACTS / "home.png"))
 
 
-# Titles (the figure's and the subplots') whose box, as laid out by the browser, overlaps the box of the chart's
-# legend; [number of charts, [overlapping title texts]]
-LEGEND_OVER_TITLE_JS = """
+# Pairs of labels of one chart whose boxes, as laid out by the browser, overlap: the title, subplot titles and other
+# annotations, the legend, the axis and colour-bar titles; returns [number of charts, [[chart, label, label], ...]]
+TEXT_COLLISIONS_JS = """
 const hits = [];
 const charts = document.querySelectorAll('.js-plotly-plot');
-for (const p of charts) {
-  const legend = p.querySelector('g.legend');
-  if (!legend) continue;
-  const b = legend.getBoundingClientRect();
-  if (b.width === 0 || b.height === 0) continue;
-  for (const t of p.querySelectorAll('.g-gtitle text, .annotation-text-g text')) {
-    const a = t.getBoundingClientRect();
+charts.forEach((p, ci) => {
+  const boxes = [];
+  const add = (sel, kind) => p.querySelectorAll(sel).forEach(e => {
+    const r = e.getBoundingClientRect();
+    if (r.width > 0 && r.height > 0) boxes.push([kind + ': ' + (e.textContent || '').slice(0, 60), r]);
+  });
+  add('.g-gtitle text', 'title'); add('.annotation-text-g text', 'annotation'); add('g.legend', 'legend');
+  add('.g-xtitle text', 'x title'); add('.g-ytitle text', 'y title'); add('.colorbar .cbtitle text', 'colour bar');
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const a = boxes[i][1], b = boxes[j][1];
     const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
     const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
-    if (a.width > 0 && w > 1 && h > 1) hits.push(t.textContent.slice(0, 80));
+    if (w > 2 && h > 2) hits.push([ci, boxes[i][0], boxes[j][0]]);
   }
-}
+});
 return [charts.length, hits];
 """
 
@@ -209,9 +212,9 @@ def test_page_renders_in_browser(server, driver, paper):
     driver.get(f"{base}/{paper.url_path}")
     waited = _wait_rendered(driver, PAGE_TIMEOUT)
     time.sleep(0.5)
-    n_charts, hits = driver.execute_script(LEGEND_OVER_TITLE_JS)
+    n_charts, hits = driver.execute_script(TEXT_COLLISIONS_JS)
     assert n_charts >= 1
-    assert not hits, f"legend drawn over these titles: {hits}"
+    assert not hits, f"labels drawn over each other (chart index, label, label): {hits}"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / f"{paper.slug}.png"))
     print(f"{paper.slug}: claims + first plot after {waited:.1f} s")

@@ -208,6 +208,13 @@ def test_title_and_legend_are_stacked_not_overlaid():
     sub.add_trace(go.Scatter(x=[0], y=[0], name="y"), 1, 2)
     charts.stack_title_and_legend(sub)
     assert sub.layout.margin.t >= 8 + charts.LEGEND_ROW + charts.SUBPLOT_TITLE_BAND
+    # a title over subplot titles, no legend: the title band comes first
+    titled = make_subplots(rows=1, cols=2, subplot_titles=("left", "right"))
+    titled.add_trace(go.Scatter(x=[0], y=[0], showlegend=False), 1, 1)
+    charts.themed(titled, "main")
+    charts.stack_title_and_legend(titled)
+    assert titled.layout.margin.t >= charts.TITLE_BAND + charts.SUBPLOT_TITLE_BAND
+    assert titled.layout.title.yanchor == "top" and titled.layout.legend.yref is None
 
 
 def test_bar_values_with_error_bars_sit_beyond_the_whiskers():
