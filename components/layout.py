@@ -71,10 +71,18 @@ def how_it_works(markdown: str) -> None:
 
 
 def device_indicator() -> None:
-    """Sidebar line naming the compute device (does not import torch itself)."""
-    from engine.core.device import device_label
+    """Sidebar line naming the device this page's engine computes on (does not import torch itself).
 
-    st.sidebar.caption(f":material/memory: Compute: {device_label()}")
+    The page is the one ``state.bind_config`` recorded; an engine that does not pick its device with
+    ``get_device`` is reported as running on the CPU even when a GPU is present."""
+    import importlib
+
+    from engine.core.device import device_label, engine_device_label
+    from engine.registry import BY_SLUG
+
+    paper = BY_SLUG.get(st.session_state.get(PAGE_SLUG_KEY, ""))
+    label = engine_device_label(importlib.import_module(paper.module)) if paper and paper.module else device_label()
+    st.sidebar.caption(f":material/memory: Compute: {label}")
 
 
 def show_error(message: str) -> None:

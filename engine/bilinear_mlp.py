@@ -19,6 +19,10 @@ from engine.core import Bool, Choice, Claim, Float, Int, param, seed_everything
 from engine.core.data import digits_split
 from engine.core.progress import ProgressSpan, report
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 CONTRAST_OPTIONS = ("none",) + tuple(str(i) for i in range(10))
 
 

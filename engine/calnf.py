@@ -32,6 +32,10 @@ import numpy as np
 from engine.core import Bool, Choice, Claim, Float, Int, get_device, param, seed_everything
 from engine.core.progress import report
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 N_NOMINAL = 1000
 N_HELDOUT = 2000
 NOMINAL_BATCH = 256

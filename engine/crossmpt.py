@@ -37,6 +37,10 @@ from engine.core import Choice, InputError, Int, param, seed_everything
 from engine.core.claims import Claim
 from engine.core.progress import ProgressSpan, report
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 CODES = ("hamming", "bch")
 CODE_LABELS = {"hamming": "Hamming(7,4)", "bch": "BCH(31,16)"}
 EBN0_RANGES = {"3-5": (3, 4, 5), "2-6": (2, 3, 4, 5, 6), "1-7": (1, 2, 3, 4, 5, 6, 7), "4": (4,)}

@@ -56,6 +56,10 @@ import numpy as np
 from engine.core import Bool, Choice, Claim, Float, InputError, Int, get_device, param, seed_everything
 from engine.core.progress import ProgressSpan, report
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 TIMES = (0.0, 1.0, 2.0, 3.0)
 CENTRE_X = 1.5
 DRIFT = 0.5

@@ -23,6 +23,10 @@ import numpy as np
 from engine.core import Choice, Claim, Float, Int, auc_chance_bar, param, seed_everything
 from engine.core.progress import ProgressSpan, report
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 F_FIELDS, VOCAB, EMB, HIDDEN = 8, 64, 16, 64
 
 

@@ -53,6 +53,10 @@ import numpy as np
 
 from engine.core import Choice, Claim, Float, InputError, Int, get_device, param, report, seed_everything
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 SLUG = "group-compact-proofs"
 
 

@@ -24,6 +24,10 @@ import numpy as np
 
 from engine.core import Choice, Claim, Float, InputError, Int, param, report, seed_everything
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 SLUG = "icl-ar-ntp"
 D = 4                      # state dimension
 RHO = 0.9                  # spectral radius of every topic matrix

@@ -21,6 +21,10 @@ import numpy as np
 from engine.core import Bool, Claim, Float, InputError, Int, get_device, param, seed_everything
 from engine.core.progress import ProgressSpan, report
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 SLUG = "implicit-preference-motion"
 CKPT_NAME = f"{SLUG}/motion_ref.pt"
 

@@ -25,6 +25,10 @@ from engine.core import Choice, Float, InputError, Int, param, seed_everything
 from engine.core.claims import Claim
 from engine.core.progress import ProgressSpan, report
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 N_POOL = 1500
 AGENTS = ("active", "random")
 CORRUPTIONS = ("label689", "hide_bottom", "none")

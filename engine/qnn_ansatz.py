@@ -25,6 +25,10 @@ from engine.core import Choice, InputError, Int, param, seed_everything
 from engine.core.claims import Claim
 from engine.core.progress import ProgressSpan, report
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 STEP_VALUES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 SWEEP_N = 4
 SWEEP_LAYERS = (1, 2, 4, 8)

@@ -29,6 +29,10 @@ from engine import graphs as G
 from engine.core import Claim, Float, InputError, Int, param, seed_everything
 from engine.core.progress import ProgressSpan, report
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 METHODS = ("none", "spec_max", "spec_min", "comma_weaken", "comma_strengthen", "feast", "comfy")
 METHOD_LABELS = {
     "none": "Unrewired",

@@ -29,6 +29,10 @@ import numpy as np
 from engine.core import Bool, Choice, Claim, Float, InputError, Int, get_device, param, seed_everything
 from engine.core.progress import ProgressSpan, report
 
+# run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
+
 INF = float("inf")
 TAU_OPTIONS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, INF)
 CLAIM_TAUS = (0.4, 0.8, 2.5, 3.0, INF)

@@ -232,3 +232,42 @@ def test_bar_values_with_error_bars_sit_beyond_the_whiskers():
     assert room.y1 > 0.6 and room.y0 < -0.25 and room.opacity == 0
     plain = charts.bars(["a"], [0.5], text_fmt=".2f")
     assert list(plain.data[0].text) == ["0.50"] and not plain.layout.annotations
+
+
+def test_sidebar_names_the_device_the_engine_uses(monkeypatch):
+    """A page whose engine keeps its work on the CPU never names the GPU, even when one is present; an engine
+    that routes its tensors through get_device names it."""
+    import types
+
+    import torch
+
+    from engine.core import device as dev
+
+    monkeypatch.delenv(dev.FORCE_CPU_ENV, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Test GPU")
+    gpu_engine = types.SimpleNamespace(USES_DEVICE=True)
+    cpu_engine = types.SimpleNamespace(get_device=dev.get_device)   # calls get_device for its thread limits only
+    assert dev.engine_device_label(gpu_engine) == "CUDA: Test GPU"
+    assert dev.engine_device_label(cpu_engine) == "CPU (this page's engine does not use the GPU)"
+    monkeypatch.setenv(dev.FORCE_CPU_ENV, "1")
+    assert dev.engine_device_label(gpu_engine).startswith("CPU")
+    assert dev.engine_device_label(cpu_engine) == "CPU"
+
+
+def test_engines_that_route_tensors_to_the_device_declare_it():
+    """USES_DEVICE (what the sidebar reports) matches the source: an engine that declares it takes get_device()'s
+    device and moves tensors or models onto it; one that does that without declaring it would be reported on the
+    CPU while it runs on a GPU."""
+    import importlib
+    import re
+
+    from engine.registry import ROOT, built_papers
+
+    routes = re.compile(r"\.to\((self\.)?dev(ice)?\b|device=dev(ice)?\b|map_location=dev(ice)?\b")
+    for paper in built_papers():
+        module = importlib.import_module(paper.module)
+        src = (ROOT / (paper.module.replace(".", "/") + ".py")).read_text()
+        takes = re.search(r"\b(device|dev)\s*=\s*get_device\(\)", src) is not None
+        declared = getattr(module, "USES_DEVICE", False) is True
+        assert declared == (takes and routes.search(src) is not None), paper.slug

@@ -155,6 +155,11 @@ def test_page_default_view(paper, monkeypatch):
     assert not at.error, [e.value for e in at.error]
     assert any("Claims" in s.value for s in at.subheader), "claims panel missing"
     assert len(at.get("plotly_chart")) + len(at.get("vega_lite_chart")) + len(at.get("arrow_vega_lite_chart")) > 0
+    # the sidebar names the device of this page's engine (tests run on the CPU, forced for the engines that follow
+    # the device choice)
+    compute = [c.value for c in at.sidebar.caption if "Compute:" in c.value]
+    uses = getattr(importlib.import_module(paper.module), "USES_DEVICE", False)
+    assert compute == [":material/memory: Compute: " + ("CPU (forced by EXPLORER_FORCE_CPU)" if uses else "CPU")]
     # the downloads are encoded on click (deferred): encode each one here and check that it parses
     assert len(at.get("download_button")) == len(offered)
     for name, data in offered:

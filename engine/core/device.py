@@ -44,9 +44,9 @@ def _limit_threads(torch) -> None:
         _native_limited_for = loaded
 
 
-def device_label() -> str:
-    """Human-readable label, without importing torch if no page has imported it."""
-    if "torch" not in sys.modules:
+def device_label(load_torch: bool = False) -> str:
+    """Human-readable label; without ``load_torch`` it does not import torch if nothing has imported it yet."""
+    if "torch" not in sys.modules and not load_torch:
         return "CPU (torch not loaded yet)"
     import torch
 
@@ -54,6 +54,27 @@ def device_label() -> str:
         return "CPU (forced by EXPLORER_FORCE_CPU)"
     if torch.cuda.is_available():
         return f"CUDA: {torch.cuda.get_device_name(0)}"
+    return "CPU"
+
+
+def follows_device(module) -> bool:
+    """Whether an engine module puts its torch work on the device ``get_device`` picks (so it would use a GPU).
+
+    Such engines say so with ``USES_DEVICE = True``. The others are numpy code or keep their small torch
+    models on the CPU (some call ``get_device`` only for its thread limits); their pages must not name a
+    GPU as the compute device."""
+    return getattr(module, "USES_DEVICE", False) is True
+
+
+def engine_device_label(module) -> str:
+    """``device_label()`` for an engine that follows the device choice; for the others, the CPU, and why."""
+    if follows_device(module):
+        return device_label(load_torch=True)    # the engine's run imports torch anyway
+    if "torch" in sys.modules and not _force_cpu():
+        import torch
+
+        if torch.cuda.is_available():
+            return "CPU (this page's engine does not use the GPU)"
     return "CPU"
 
 
