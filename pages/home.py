@@ -12,13 +12,17 @@ st.markdown(
 )
 
 built = sum(p.built for p in PAPERS)
-st.caption(f"{built} of {len(PAPERS)} pages built; the rest are coming.")
+if built == len(PAPERS):
+    st.caption(f"All {built} papers have a live page.")
+else:
+    st.caption(f"{built} of {len(PAPERS)} pages built; the rest are coming.")
 
 c1, c2, c3 = st.columns([0.5, 0.3, 0.2], vertical_alignment="bottom")
 query = c1.text_input("Search papers", key="home:q", placeholder="e.g. attention, graph, diffusion",
                       max_chars=100)
 areas = c2.multiselect("Area", AREAS, key="home:areas")
-only_built = c3.toggle("Built pages only", key="home:built")
+# the filter only means something while some pages are still to come
+only_built = built < len(PAPERS) and c3.toggle("Built pages only", key="home:built")
 
 words = [w for w in query.lower().split() if w]
 

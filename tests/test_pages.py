@@ -85,6 +85,13 @@ def test_app_and_home_gallery():
     text = " ".join(m.value for m in at.markdown)
     for p in PAPERS:
         assert p.title[:30] in text, p.slug
+    # the count says what is built; the "built only" filter is offered only while some page is still to come
+    built = sum(p.built for p in PAPERS)
+    captions = " ".join(c.value for c in at.caption)
+    if built == len(PAPERS):
+        assert f"All {built} papers have a live page." in captions and not at.toggle
+    else:
+        assert f"{built} of {len(PAPERS)} pages built" in captions and at.toggle(key="home:built")
     # search narrows the gallery; an impossible search says so
     at.text_input(key="home:q").set_value("bilinear").run()
     text = " ".join(m.value for m in at.markdown)
