@@ -195,7 +195,16 @@ def stack_title_and_legend(fig: go.Figure) -> go.Figure:
     return fig
 
 
+def readable_bar_text(fig: go.Figure, minsize: int = 10) -> go.Figure:
+    """Bar labels that would have to shrink below ``minsize`` px to fit their bar are hidden (hover still gives the
+    value) instead of shrinking into an unreadable row of digits, as grouped bars in a narrow column do (in place)."""
+    if fig.layout.uniformtext.mode is None and any(t.type == "bar" and t.text is not None for t in fig.data):
+        fig.update_layout(uniformtext=dict(minsize=minsize, mode="hide"))
+    return fig
+
+
 def show(fig: go.Figure, key: str | None = None) -> None:
     import streamlit as st
 
-    st.plotly_chart(stack_title_and_legend(fig), width="stretch", key=key, config={"displaylogo": False})
+    fig = readable_bar_text(stack_title_and_legend(fig))
+    st.plotly_chart(fig, width="stretch", key=key, config={"displaylogo": False})

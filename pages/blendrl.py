@@ -102,16 +102,15 @@ st.info("**The paper's own kinds of change** (shown here, not badges). In the au
 st.subheader("Success and return per agent and environment")
 rows = [dict(agent=a, variant=v, **res.table[a][v]) for a in eng.AGENTS for v in eng.VARIANTS]
 df = pd.DataFrame(rows)
-left, right = st.columns(2)
-for col, metric, title in ((left, "success", "Success rate (reached the bell)"), (right, "ret", "Mean return")):
+# full width, one under the other: 18 bars in half a page leave no room for their values
+for metric, title in (("success", "Success rate (reached the bell)"), ("ret", "Mean return")):
     fig = go.Figure()
     for i, a in enumerate(eng.AGENTS):
         d = df[df.agent == a]
         fig.add_trace(go.Bar(x=d.variant, y=d[metric], name=a, marker_color=charts.COLORS[i],
                              text=[f"{x:.2f}" for x in d[metric]], textposition="outside"))
-    charts.themed(fig, title, 380, barmode="group")
-    with col:
-        charts.show(fig, key=f"bars_{metric}")
+    charts.themed(fig, title, 340, barmode="group")
+    charts.show(fig, key=f"bars_{metric}")
 download.download_csv(df, "blendrl_evaluation.csv")
 
 # 2. rendered episode

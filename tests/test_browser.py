@@ -183,7 +183,7 @@ def test_home_gallery_in_browser(server, driver):
 
 
 # Pairs of labels of one chart whose boxes, as laid out by the browser, overlap: the title, subplot titles and other
-# annotations, the legend, the axis and colour-bar titles; returns [number of charts, [[chart, label, label], ...]]
+# annotations, the legend, the axis and colour-bar titles, the bars' values; returns [number of charts, [[chart, label, label], ...]]
 TEXT_COLLISIONS_JS = """
 const hits = [];
 const charts = document.querySelectorAll('.js-plotly-plot');
@@ -195,6 +195,7 @@ charts.forEach((p, ci) => {
   });
   add('.g-gtitle text', 'title'); add('.annotation-text-g text', 'annotation'); add('g.legend', 'legend');
   add('.g-xtitle text', 'x title'); add('.g-ytitle text', 'y title'); add('.colorbar .cbtitle text', 'colour bar');
+  add('.bartext', 'bar value');
   for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
     const a = boxes[i][1], b = boxes[j][1];
     const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);

@@ -271,3 +271,18 @@ def test_engines_that_route_tensors_to_the_device_declare_it():
         takes = re.search(r"\b(device|dev)\s*=\s*get_device\(\)", src) is not None
         declared = getattr(module, "USES_DEVICE", False) is True
         assert declared == (takes and routes.search(src) is not None), paper.slug
+
+
+def test_bar_values_too_small_to_read_are_hidden_not_shrunk():
+    """Figures with bar labels get plotly's uniform text rule (hide below 10 px); others are left alone."""
+    import plotly.graph_objects as go
+
+    from components import charts
+
+    fig = charts.readable_bar_text(charts.bars(["a", "b"], [1.0, 2.0]))
+    assert (fig.layout.uniformtext.minsize, fig.layout.uniformtext.mode) == (10, "hide")
+    line = charts.readable_bar_text(charts.lines([0, 1], {"a": [0, 1]}))
+    assert line.layout.uniformtext.mode is None
+    kept = charts.readable_bar_text(go.Figure(go.Bar(x=["a"], y=[1], text=["1"])).update_layout(
+        uniformtext=dict(minsize=6, mode="show")))
+    assert kept.layout.uniformtext.mode == "show"                # a page's own choice stays
