@@ -73,7 +73,9 @@ with c2:
     fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", line=dict(dash="dot", color="gray"), name="chance"))
     fig.update_xaxes(title="false-positive rate")
     fig.update_yaxes(title="true-positive rate")
-    fig.update_layout(legend=dict(orientation="v", y=0.02, x=0.98, xanchor="right", yanchor="bottom"))
+    # inside, over the empty lower right of a ROC plot; small type so it stays clear of the axis title on narrow screens
+    fig.update_layout(legend=dict(orientation="v", y=0.02, x=0.98, xanchor="right", yanchor="bottom",
+                                  font=dict(size=10), bgcolor="rgba(255,255,255,0.8)"))
     charts.show(charts.themed(fig, "ROC curves", 400), key="roc")
     download.download_json({n: {"fpr": f, "tpr": t, "auc": res.auc[n], "tpr_at_1pct_fpr": res.tpr_at_1fpr[n]}
                             for n, (f, t) in res.roc.items()}, "mia_roc.json")
