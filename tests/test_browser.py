@@ -216,6 +216,15 @@ def test_page_renders_in_browser(server, driver, paper):
     n_charts, hits = driver.execute_script(TEXT_COLLISIONS_JS)
     assert n_charts >= 1
     assert not hits, f"labels drawn over each other (chart index, label, label): {hits}"
+    # a small laptop window: the charts re-lay themselves out narrower, and their labels must still not collide
+    driver.set_window_size(1024, 1100)
+    try:
+        time.sleep(1.5)
+        _, narrow = driver.execute_script(TEXT_COLLISIONS_JS)
+    finally:
+        driver.set_window_size(1400, 1100)
+        time.sleep(1.0)                     # let the charts lay themselves out again before the screenshot
+    assert not narrow, f"at 1024 px, labels drawn over each other (chart index, label, label): {narrow}"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / f"{paper.slug}.png"))
     print(f"{paper.slug}: claims + first plot after {waited:.1f} s")
