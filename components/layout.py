@@ -71,10 +71,11 @@ def how_it_works(markdown: str) -> None:
 
 
 def device_indicator() -> None:
-    """Sidebar line naming the device this page's engine computes on (does not import torch itself).
+    """Sidebar line naming the device this page's engine computes on.
 
-    The page is the one ``state.bind_config`` recorded; an engine that does not pick its device with
-    ``get_device`` is reported as running on the CPU even when a GPU is present."""
+    The page is the one ``state.bind_config`` recorded. An engine that does not declare ``USES_DEVICE`` is
+    reported as running on the CPU even when a GPU is present, without importing torch; for one that does,
+    torch is imported here (its run imports it anyway)."""
     import importlib
 
     from engine.core.device import device_label, engine_device_label
