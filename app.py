@@ -22,6 +22,15 @@ for area in AREAS:
         sections[area] = pages
 
 nav = st.navigation(sections)
+# Plotly hides a chart's toolbar until the pointer hovers it, except on devices without hover (phones, tablets),
+# where the toolbar is always shown and covers the right end of the chart's title, legend or subplot titles. There
+# it moves into a band of its own above the chart.
+st.html("""<style>
+@media (hover: none) {
+  .js-plotly-plot { padding-top: 28px; }
+  .js-plotly-plot .modebar-container { top: -28px !important; }
+}
+</style>""")
 st.sidebar.caption("ICLR 2025 Explorer · every number on a page is computed live.")
 try:
     nav.run()

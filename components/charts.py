@@ -203,8 +203,16 @@ def readable_bar_text(fig: go.Figure, minsize: int = 10) -> go.Figure:
     return fig
 
 
+# A short toolbar: save as PNG, box zoom, pan, reset axes, and Streamlit's full-screen button. Zoom in / out and
+# autoscale repeat what the box zoom and a double click do; box and lasso select have no use on these pages. On
+# devices without hover the toolbar is always visible (app.py gives it a band above the chart), and a long one wraps
+# to a second row over a narrow chart.
+PLOTLY_CONFIG = {"displaylogo": False,
+                 "modeBarButtonsToRemove": ["zoomIn2d", "zoomOut2d", "autoScale2d", "select2d", "lasso2d"]}
+
+
 def show(fig: go.Figure, key: str | None = None) -> None:
     import streamlit as st
 
     fig = readable_bar_text(stack_title_and_legend(fig))
-    st.plotly_chart(fig, width="stretch", key=key, config={"displaylogo": False})
+    st.plotly_chart(fig, width="stretch", key=key, config=PLOTLY_CONFIG)

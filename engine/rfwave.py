@@ -745,9 +745,6 @@ def run(config: Config, progress=None) -> Result:
          "network positions per call": N_FRAMES * NUM_BANDS, "network calls": config.n_steps},
         {"method": f"Griffin-Lim ({config.gl_iters} it.)", "LSD (dB)": lsd_gl, "log-Mel L1": mel_l1["Griffin-Lim"],
          "real-time factor": rtf_gl, "network positions per call": 0, "network calls": 0},
-        {"method": "sample-level model (for scale)", "LSD (dB)": float("nan"), "log-Mel L1": float("nan"),
-         "real-time factor": float("nan"), "network positions per call": N_SAMPLES,
-         "network calls": config.n_steps},
     ]
     report(progress, 1.0, "done")
     return Result(config=config,

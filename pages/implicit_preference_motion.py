@@ -118,8 +118,10 @@ st.subheader("3 · Realism on held-out scenes")
 methods = list(res.table)
 labels = {"collision": "collision rate", "offroad": "off-road rate", "omf": "OMF distance to expert",
           "w1_speed": "W1 speed (m/s)", "w1_accel": "W1 acceleration (m/s²)"}
-cols = st.columns(len(labels))
-for col, (k, lab) in zip(cols, labels.items()):
+# rows of at most three charts: five in a row leave each about 140 px in a laptop window, too narrow for a bar chart
+items = list(labels.items())
+cells = [c for start in range(0, len(items), 3) for c in st.columns(3)][:len(items)]
+for col, (k, lab) in zip(cells, items):
     with col:
         charts.show(charts.bars(methods, [res.table[n][k] for n in methods], title=lab,
                                 errors=[res.errors[n][k] for n in methods],

@@ -172,6 +172,9 @@ download.download_csv(pd.DataFrame([{"N": n, "step": k, "re": p.real, "im": p.im
 st.subheader("5 · Metrics")
 table = pd.DataFrame(res.table)
 st.dataframe(table, hide_index=True)
+st.caption(f"For scale: a vocoder that works sample by sample would run its network on "
+           f"{int(m['positions_samples'])} positions per call for this clip, against RFWave's "
+           f"{int(m['positions_frames_bands'])} (frames × bands).")
 download.download_csv(table, "rfwave_metrics.csv")
 
 layout.how_it_works(r"""

@@ -2,7 +2,8 @@
 
 - every built page and the home gallery render their claims panel and first plot with no error
   element, and no chart draws two of its labels over each other (title, subplot titles and annotations, legend,
-  axis titles; bounding boxes as the browser laid them out); a screenshot per page goes to artifacts/screenshots/;
+  axis titles, and the toolbar that plotly always shows on a device without hover; bounding boxes as the browser
+  laid them out); a screenshot per page goes to artifacts/screenshots/;
 - a shared URL with parameters opens with the widgets showing those values;
 - a load test: 20 concurrent sessions (tabs of one chromium) on 20 different pages, no errors,
   bounded server memory, p50/p95 time to first plot printed.
@@ -196,6 +197,9 @@ charts.forEach((p, ci) => {
   add('.g-gtitle text', 'title'); add('.annotation-text-g text', 'annotation'); add('g.legend', 'legend');
   add('.g-xtitle text', 'x title'); add('.g-ytitle text', 'y title'); add('.colorbar .cbtitle text', 'colour bar');
   add('.bartext', 'bar value');
+  // headless chromium has no hover, so plotly shows every chart's toolbar, as on a phone or tablet: app.py gives it a
+  // band above the chart, where it must not cover a title, legend or label (nor wrap onto the chart when narrow)
+  add('.modebar', 'toolbar');
   for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
     const a = boxes[i][1], b = boxes[j][1];
     const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
