@@ -24,10 +24,14 @@ for area in AREAS:
 nav = st.navigation(sections)
 # Plotly hides a chart's toolbar until the pointer hovers it, except on devices without hover (phones, tablets),
 # where the toolbar is always shown and covers the right end of the chart's title, legend or subplot titles. There
-# it moves into a band of its own above the chart.
+# it moves into a band of its own above the chart. Chart titles are HTML above the chart (components/charts.show), so
+# they wrap in a narrow column instead of running past the chart's edge.
 st.html("""<style>
+.explorer-chart-title { font-size: 15px; font-weight: 600; line-height: 1.35; padding-left: 6px; }
+.stElementContainer:has(.explorer-chart-title) { margin-bottom: -0.6rem; }
 @media (hover: none) {
-  .js-plotly-plot { padding-top: 28px; }
+  .stElementContainer:has(.js-plotly-plot) { margin-top: 28px; overflow: visible !important; }
+  .js-plotly-plot { overflow: visible !important; }
   .js-plotly-plot .modebar-container { top: -28px !important; }
 }
 </style>""")

@@ -121,6 +121,7 @@ def image_grid(images: Sequence[np.ndarray], titles: Sequence[str], cols: int = 
         fig.add_trace(go.Heatmap(z=img, showscale=False, **kw), row=i // cols + 1, col=i % cols + 1)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
+    fig.update_annotations(font_size=11)     # the subplot titles: a grid's cells are narrow
     return themed(fig, title, height_per_row * rows + 40)
 
 
@@ -143,6 +144,18 @@ LEGEND_WIDTH = 560     # px a legend row is assumed to have: about a half-width 
 SUBPLOT_TITLE_BAND = 22
 
 
+# trace types that plotly leaves out of the legend unless their showlegend is set to True
+NO_LEGEND_TYPES = frozenset({"heatmap", "contour", "histogram2d", "histogram2dcontour", "image", "surface", "mesh3d",
+                             "cone", "streamtube", "volume", "isosurface", "table", "parcoords", "parcats", "sankey",
+                             "indicator"})
+
+
+def _in_legend(t) -> bool:
+    if t.visible is False:
+        return False
+    return t.showlegend is True if t.type in NO_LEGEND_TYPES else t.showlegend is not False
+
+
 def legend_on_top(fig: go.Figure) -> bool:
     """Whether plotly will draw the template's horizontal legend above the plot area."""
     lay = fig.layout
@@ -151,18 +164,20 @@ def legend_on_top(fig: go.Figure) -> bool:
     leg = lay.legend
     if leg.orientation not in (None, "h") or (leg.y is not None and leg.y < 1) or leg.yref == "container":
         return False
-    entries = any(t.showlegend is not False and t.visible is not False for t in fig.data)
+    entries = any(_in_legend(t) for t in fig.data)
     if lay.showlegend:
         return entries
     # plotly's default: a legend once two traces are visible, counting those hidden from it with showlegend=False
-    return entries and sum(t.visible is not False for t in fig.data) >= 2
+    # but not heatmaps and the like, which are out of the legend by default
+    return entries and sum(t.visible is not False and (t.type not in NO_LEGEND_TYPES or t.showlegend is True)
+                           for t in fig.data) >= 2
 
 
 def legend_rows(fig: go.Figure, width: float = LEGEND_WIDTH) -> int:
     """Rows a horizontal legend wraps into at ``width`` px (7.5 px per character, 45 px symbol and gap)."""
     rows, used = 1, 0.0
     for t in fig.data:
-        if t.showlegend is False or t.visible is False:
+        if not _in_legend(t):
             continue
         w = 45 + 7.5 * len(str(t.name or "trace 0"))
         if used and used + w > width:
@@ -171,14 +186,19 @@ def legend_rows(fig: go.Figure, width: float = LEGEND_WIDTH) -> int:
     return rows
 
 
+def has_subplot_titles(fig: go.Figure) -> bool:
+    """Whether the figure has annotations sitting on top of the plot area, as make_subplots' titles do."""
+    return any(a.yref == "paper" and a.y is not None and a.y >= 0.99 and a.yanchor == "bottom"
+               for a in fig.layout.annotations)
+
+
 def stack_title_and_legend(fig: go.Figure) -> go.Figure:
     """Title at the very top, legend rows under it, subplot titles under those, then the plot (in place).
 
     Only figures with two of the three (title, top legend, subplot titles) change."""
     lay = fig.layout
     has_title = bool(lay.title and lay.title.text)
-    sub_titles = any(a.yref == "paper" and a.y is not None and a.y >= 0.99 and a.yanchor == "bottom"
-                     for a in lay.annotations)
+    sub_titles = has_subplot_titles(fig)
     legend = legend_on_top(fig)
     if has_title + sub_titles + legend < 2:
         return fig
@@ -211,8 +231,38 @@ PLOTLY_CONFIG = {"displaylogo": False,
                  "modeBarButtonsToRemove": ["zoomIn2d", "zoomOut2d", "autoScale2d", "select2d", "lasso2d"]}
 
 
+TITLE_META = "explorer_title"     # where detach_title keeps a title it took out of a figure (fig.layout.meta)
+HTML_TITLE_TOP = 24               # px of top margin left for the toolbar, when a detached title frees the band
+
+
+def detach_title(fig: go.Figure) -> str | None:
+    """Take the figure's title out of it and return it, for the page to write above the chart as HTML (in place).
+
+    Plotly cannot wrap a title: in a half-width column of a 1024 px laptop window (about 260 px) or on a phone, a
+    long title ran past the chart's right edge and was cut off (86 titles at 1024 px). HTML text wraps to any width.
+    A figure shown twice gives the same title again (it is kept in ``layout.meta``). The top margin the title band
+    held shrinks when the page did not set one; a legend above the plot still gets its rows (plotly's legend
+    pushes the margin out by itself, ``stack_title_and_legend`` makes room for subplot titles)."""
+    lay = fig.layout
+    meta = lay.meta if isinstance(lay.meta, dict) else {}
+    title = (lay.title.text if lay.title else None) or meta.get(TITLE_META)
+    if not title:
+        return None
+    if lay.title.text:
+        upd: dict = dict(title_text=None, meta={**meta, TITLE_META: title})
+        if lay.margin.t is None:
+            upd["margin_t"] = HTML_TITLE_TOP + (SUBPLOT_TITLE_BAND if has_subplot_titles(fig) else 0)
+        fig.update_layout(**upd)
+    return title
+
+
 def show(fig: go.Figure, key: str | None = None) -> None:
     import streamlit as st
 
+    title = detach_title(fig)
+    if title:
+        # plotly's title markup (<sup>, <br>, <i>) is HTML too; st.html does not run it through markdown, whose
+        # "_", "*" and "$" would turn parts of a title like "Q_θ(s, π_K(s))" into italics or math
+        st.html(f'<div class="explorer-chart-title">{title}</div>')
     fig = readable_bar_text(stack_title_and_legend(fig))
     st.plotly_chart(fig, width="stretch", key=key, config=PLOTLY_CONFIG)

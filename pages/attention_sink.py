@@ -1,5 +1,6 @@
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from components import charts, download, layout, state
@@ -103,11 +104,14 @@ per_layer = pd.DataFrame({
     "sink_share_sigmoid": (res.alpha_sigmoid > cfg.eps).mean(axis=1),
     "sink_share_untrained": (res.alpha_untrained > cfg.eps).mean(axis=1),
 })
-charts.show(charts.lines(per_layer["layer"], {"softmax": per_layer["sink_share_softmax"],
-                                              "sigmoid": per_layer["sink_share_sigmoid"],
-                                              "untrained": per_layer["sink_share_untrained"]},
-                         title="Share of sink heads per layer", xlabel="layer", ylabel="share of heads",
-                         mode="lines+markers", height=300), key="per-layer")
+# grouped bars, not lines: with one or two layers a line chart is a few points stacked on each other
+share_fig = go.Figure([go.Bar(x=[f"layer {la}" for la in per_layer["layer"]], y=per_layer[f"sink_share_{kind}"],
+                              name=kind, marker_color=charts.COLORS[i], text=per_layer[f"sink_share_{kind}"],
+                              texttemplate="%{text:.2f}", textposition="outside")
+                       for i, kind in enumerate(("softmax", "sigmoid", "untrained"))])
+share_fig.update_layout(barmode="group")
+share_fig.update_yaxes(title="share of heads", range=[0, 1.15])
+charts.show(charts.themed(share_fig, "Share of sink heads per layer", 300), key="per-layer")
 alpha_df = pd.DataFrame([{"layer": la + 1, "head": h + 1, "alpha_softmax": res.alpha_softmax[la, h],
                           "alpha_sigmoid": res.alpha_sigmoid[la, h],
                           "alpha_sigmoid_row_normalised": res.alpha_sigmoid_norm[la, h],

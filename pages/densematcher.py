@@ -137,6 +137,8 @@ st.caption("Left: the source, painted with a smooth colour field. Right: the tar
            "colour of the source vertex the map sends it to. A good map reproduces the same pattern on the bent "
            "target; drag to rotate either view.")
 views = ["refined", "initial", "xyz"] + (["error"] if res.has_truth else [])
+# panel titles are short: two 3-D panels side by side leave about 230 px each on a phone
+short_view = {"refined": "refined map", "initial": "initial map", "xyz": "xyz baseline", "error": "geodesic error"}
 view_names = {"refined": "Functional map (refined)", "initial": "Initial map (before refinement)",
               "xyz": "Baseline: nearest vertex in xyz", "error": "Geodesic error"}
 view = state.bind_view(SLUG, "view", Choice(("refined", "initial", "xyz", "error"), "Colour the target through",
@@ -153,14 +155,13 @@ if view == "error":
                                         showscale=scale, colorbar=dict(title="error / diam.")))
 
     charts.show(_pair_figure([_mesh(tv, tf), _points(res.err_xyz, False)], [_mesh(tv, tf), _points(res.err_final, True)],
-                             ["xyz baseline: geodesic error per sampled vertex",
-                              "functional map: geodesic error per sampled vertex"]), key="mesh3d")
+                             ["xyz baseline: error per vertex", "functional map: error per vertex"]), key="mesh3d")
     st.caption(f"Error measured at {len(ev)} sampled target vertices: shortest-path distance on the source's "
                "edge graph between the matched and the true vertex, over the source's geodesic diameter.")
 else:
     tmap = {"refined": res.map_final, "initial": res.map_init, "xyz": res.map_xyz}[view]
     charts.show(_pair_figure([_mesh(sv, sf, src_rgb)], [_mesh(tv, tf, src_rgb[tmap])],
-                             [res.source_name, f"{res.target_name} — {view_names[view].lower()}"]), key="mesh3d")
+                             [res.source_name, f"{res.target_name}: {short_view[view]}"]), key="mesh3d")
 
 tgt_idx = np.arange(len(tv))
 map_df = pd.DataFrame({"target_vertex": tgt_idx, "source_vertex_refined": res.map_final,

@@ -94,7 +94,7 @@ cols = st.columns(3)
 for col, k in zip(cols, ("L", "R", "U")):
     with col:
         fig = charts.heatmap(res.energy[k][:, res.neuron_order], title=f"{k}: irrep share per neuron",
-                             y=names, xlabel="neuron (sorted by dominant irrep)", zmin=0.0, zmax=1.0,
+                             y=names, xlabel="neuron (by dominant irrep)", zmin=0.0, zmax=1.0,
                              height=300, reverse_y=False)
         charts.show(fig, key=f"energy{k}")
 counts = np.bincount(res.neuron_irrep, minlength=len(names))

@@ -93,9 +93,8 @@ st.subheader("2 · The implicit preference: one training scene's rollouts ranked
 K = len(res.rank_dist)
 cols = 4
 rows = int(np.ceil(K / cols))
-# short titles: four panels side by side leave about 170 px each on a small screen
-titles = [f"#{i + 1} d={d:.2f}" + (" chosen" if i < 2 else " rejected" if i >= K - 2 else "")
-          for i, d in enumerate(res.rank_dist)]
+# short titles: four panels side by side leave about 100 px each on a phone; the colours mark chosen / rejected
+titles = [f"#{i + 1} d={d:.2f}" for i, d in enumerate(res.rank_dist)]
 fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, shared_yaxes=True, vertical_spacing=0.12,
                     horizontal_spacing=0.04)
 for i in range(K):

@@ -83,8 +83,9 @@ with c2:
 
 if len(res.grid_images):
     st.markdown("**The 16 least-confident unlabelled images at round 2 (active agent)**: "
-                "oracle label / model prediction (confidence).")
-    titles = [f"{int(lab)} / {int(p)} ({c:.2f})" for lab, p, c in
+                "oracle label / model prediction, then the model's confidence.")
+    # compact titles: eight images side by side leave about 50 px each on a phone
+    titles = [f"{int(lab)}/{int(p)} {c:.2f}".replace(" 0.", " .") for lab, p, c in
               zip(res.grid_labels, res.grid_preds, res.grid_conf)]
     charts.show(charts.image_grid(list(res.grid_images), titles, cols=8, diverging=False), key="grid")
     download.download_json({"images": res.grid_images, "labels": res.grid_labels, "preds": res.grid_preds,

@@ -56,7 +56,7 @@ with c2:
     charts.show(charts.lines(res.p_know_values, {"best-of-N (reference-free judge)": res.bon_vs_pknow,
                                                  "MBR judge": np.full(len(res.p_know_values), res.mbr_level)},
                              title="When is a reference-free judge good enough?",
-                             xlabel="reference-free judge knowledge p_know", ylabel="quality",
+                             xlabel="judge knowledge p_know", ylabel="quality",
                              mode="lines+markers"), key="pknow")
     download.download_csv(pd.DataFrame({"p_know": res.p_know_values, "best_of_n": res.bon_vs_pknow,
                                         "mbr_judge": res.mbr_level}), "mbr_bon_vs_pknow.csv")

@@ -51,7 +51,7 @@ with c1:
                 key="scatter")
 with c2:
     hist = go.Figure(go.Histogram(x=res.c, nbinsx=30, marker_color=charts.COLORS[0], name="c"))
-    hist.update_xaxes(title="distance c  (Helstrom success probability = (1 + c)/2)")
+    hist.update_xaxes(title="distance c (success prob. (1 + c)/2)")
     hist.update_yaxes(title="count of θ samples")
     charts.show(charts.themed(hist, f"Spread over θ (median Helstrom probability "
                                     f"{res.metrics['median_helstrom']:.3f})", 400), key="hist")

@@ -133,7 +133,7 @@ def node_trace(color_ids: np.ndarray, name: str) -> go.Scatter:
 
 r_i = res.regimes.index(reg)
 lab = res.labels[r_i]
-fig = make_subplots(rows=1, cols=2, subplot_titles=("coloured by label", "coloured by Louvain community"))
+fig = make_subplots(rows=1, cols=2, subplot_titles=("by label", "by Louvain community"))
 ex, ey = segments(res.edges)
 for col, ids in ((1, lab), (2, res.communities)):
     fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color="#c9c9c9", width=0.6),
@@ -143,7 +143,8 @@ fig.update_xaxes(visible=False)
 fig.update_yaxes(visible=False)
 fig.update_yaxes(scaleanchor="x", scaleratio=1, row=1, col=1)
 fig.update_yaxes(scaleanchor="x2", scaleratio=1, row=1, col=2)
-charts.show(charts.themed(fig, f"Original graph, {REG_NAMES[reg]}", 420), key="before")
+charts.show(charts.themed(fig, f"Original graph, {REG_NAMES[reg]}: nodes coloured by label and by community", 420),
+            key="before")
 
 add = res.added[f"{reg}/{meth}"]
 rem = res.removed[f"{reg}/{meth}"]

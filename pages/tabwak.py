@@ -81,7 +81,9 @@ st.subheader("Diversity and quality")
 left, right = st.columns(2)
 method_label = dict(zip(eng.METHODS, eng.METHOD_LABELS))[res.method]
 with left:
-    fig = make_subplots(rows=1, cols=2, subplot_titles=(method_label, "fixed key"), horizontal_spacing=0.12)
+    # panel titles without the parenthesis: two panels in a half-width column leave about 100 px each
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(method_label.split(" (")[0], "fixed key"),
+                        horizontal_spacing=0.12)
     for i, c in enumerate((res.corr_method, res.corr_fixed)):
         fig.add_trace(go.Heatmap(z=c, zmin=-1, zmax=1, colorscale=charts.DIVERGING, showscale=i == 1), row=1, col=i + 1)
     fig.update_yaxes(autorange="reversed", showticklabels=False)

@@ -3,7 +3,8 @@
 - every built page and the home gallery render their claims panel and first plot with no error
   element, and no chart draws two of its labels over each other (title, subplot titles and annotations, legend,
   axis titles, and the toolbar that plotly always shows on a device without hover; bounding boxes as the browser
-  laid them out); a screenshot per page goes to artifacts/screenshots/;
+  laid them out) or runs past the chart's edge, at 1400 and at 1024 px; a screenshot per page goes to
+  artifacts/screenshots/;
 - a shared URL with parameters opens with the widgets showing those values;
 - a load test: 20 concurrent sessions (tabs of one chromium) on 20 different pages, no errors,
   bounded server memory, p50/p95 time to first plot printed.
@@ -211,6 +212,22 @@ return [charts.length, hits];
 """
 
 
+# Chart labels that run past the chart's own box, where the page cuts them off (plotly neither wraps nor shrinks an
+# axis title or a subplot title; chart titles are HTML above the chart and wrap, see components/charts.show).
+CLIPPED_LABELS_JS = """
+const out = [];
+document.querySelectorAll('.js-plotly-plot').forEach((p, ci) => {
+  const c = p.getBoundingClientRect();
+  p.querySelectorAll('.g-gtitle text, .annotation-text-g text, .g-xtitle text, .g-ytitle text').forEach(e => {
+    const r = e.getBoundingClientRect();
+    if (r.width > 0 && (r.left < c.left - 2 || r.right > c.right + 2 || r.top < c.top - 2 || r.bottom > c.bottom + 2))
+      out.push([ci, (e.textContent || '').slice(0, 60)]);
+  });
+});
+return out;
+"""
+
+
 @pytest.mark.parametrize("paper", built_papers(), ids=[p.slug for p in built_papers()])
 def test_page_renders_in_browser(server, driver, paper):
     base, _ = server
@@ -220,15 +237,20 @@ def test_page_renders_in_browser(server, driver, paper):
     n_charts, hits = driver.execute_script(TEXT_COLLISIONS_JS)
     assert n_charts >= 1
     assert not hits, f"labels drawn over each other (chart index, label, label): {hits}"
+    cut = driver.execute_script(CLIPPED_LABELS_JS)
+    assert not cut, f"labels running past their chart's edge (chart index, label): {cut}"
     # a small laptop window: the charts re-lay themselves out narrower, and their labels must still not collide
+    # nor run past the chart
     driver.set_window_size(1024, 1100)
     try:
         time.sleep(1.5)
         _, narrow = driver.execute_script(TEXT_COLLISIONS_JS)
+        narrow_cut = driver.execute_script(CLIPPED_LABELS_JS)
     finally:
         driver.set_window_size(1400, 1100)
         time.sleep(1.0)                     # let the charts lay themselves out again before the screenshot
     assert not narrow, f"at 1024 px, labels drawn over each other (chart index, label, label): {narrow}"
+    assert not narrow_cut, f"at 1024 px, labels running past their chart's edge (chart index, label): {narrow_cut}"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / f"{paper.slug}.png"))
     print(f"{paper.slug}: claims + first plot after {waited:.1f} s")

@@ -286,3 +286,54 @@ def test_bar_values_too_small_to_read_are_hidden_not_shrunk():
     kept = charts.readable_bar_text(go.Figure(go.Bar(x=["a"], y=[1], text=["1"])).update_layout(
         uniformtext=dict(minsize=6, mode="show")))
     assert kept.layout.uniformtext.mode == "show"                # a page's own choice stays
+
+
+def test_chart_title_is_detached_for_html_and_survives_a_second_show():
+    """charts.show writes a figure's title as HTML above the chart (it wraps; plotly's does not): detach_title
+    returns the title, removes it from the figure, frees the title band of an unset top margin, and gives the
+    same title again when the same figure is shown a second time; a page's own margin is kept."""
+    import plotly.graph_objects as go
+
+    from components import charts
+
+    fig = charts.lines([0, 1], {"a": [0, 1]}, title="Q_θ(s, π_K(s)) <i>vs</i> steps")
+    assert charts.detach_title(fig) == "Q_θ(s, π_K(s)) <i>vs</i> steps"
+    assert not fig.layout.title.text and fig.layout.margin.t == charts.HTML_TITLE_TOP
+    assert charts.detach_title(fig) == "Q_θ(s, π_K(s)) <i>vs</i> steps"      # shown again: same title
+    own = charts.themed(go.Figure(), "t", 300, margin=dict(t=80))
+    assert charts.detach_title(own) == "t" and own.layout.margin.t == 80
+    untitled = charts.lines([0, 1], {"a": [0, 1]})
+    before = untitled.to_plotly_json()
+    assert charts.detach_title(untitled) is None and untitled.to_plotly_json() == before
+    # with the title gone, a legend over subplot titles is still stacked (legend rows, then the titles band)
+    from plotly.subplots import make_subplots
+    sub = make_subplots(rows=1, cols=2, subplot_titles=("left", "right"))
+    sub.add_trace(go.Scatter(x=[0], y=[0], name="x"), 1, 1)
+    sub.add_trace(go.Scatter(x=[0], y=[0], name="y"), 1, 2)
+    charts.themed(sub, "main")
+    charts.detach_title(sub)
+    charts.stack_title_and_legend(sub)
+    assert sub.layout.margin.t >= 8 + charts.LEGEND_ROW + charts.SUBPLOT_TITLE_BAND
+
+
+def test_heatmaps_do_not_count_as_legend_entries():
+    """Plotly leaves heatmaps (and surfaces, meshes, ...) out of the legend unless asked: a grid of titled heatmaps
+    gets no phantom legend rows in its top margin (it used to get one row per three panels of blank space)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from components import charts
+
+    grid = make_subplots(rows=3, cols=5, subplot_titles=[str(i) for i in range(15)])
+    for i in range(15):
+        grid.add_trace(go.Heatmap(z=[[1, 2], [3, 4]], showscale=False), row=i // 5 + 1, col=i % 5 + 1)
+    assert not charts.legend_on_top(grid) and charts.legend_rows(grid) == 1
+    charts.themed(grid, "t", 570)
+    charts.detach_title(grid)
+    charts.stack_title_and_legend(grid)
+    assert grid.layout.margin.t == charts.HTML_TITLE_TOP + charts.SUBPLOT_TITLE_BAND
+    # a heatmap asked into the legend counts, as do points drawn over heatmaps
+    shown = go.Figure([go.Heatmap(z=[[1]], showlegend=True, name="h"), go.Scatter(x=[0], y=[0], name="p")])
+    assert charts.legend_on_top(shown)
+    over = go.Figure([go.Heatmap(z=[[1]]), go.Scatter(x=[0], y=[0], name="a"), go.Scatter(x=[0], y=[0], name="b")])
+    assert charts.legend_on_top(over)
