@@ -195,7 +195,8 @@ def has_subplot_titles(fig: go.Figure) -> bool:
 def stack_title_and_legend(fig: go.Figure) -> go.Figure:
     """Title at the very top, legend rows under it, subplot titles under those, then the plot (in place).
 
-    Only figures with two of the three (title, top legend, subplot titles) change."""
+    Only figures with two of the three (title, top legend, subplot titles) change. ``show`` detaches the title
+    first (``detach_title``), so on the pages only a legend over subplot titles is stacked here."""
     lay = fig.layout
     has_title = bool(lay.title and lay.title.text)
     sub_titles = has_subplot_titles(fig)
