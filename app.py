@@ -3,6 +3,8 @@
 Keep this file light: it runs on every page view and must not import torch.
 """
 
+from pathlib import Path
+
 import streamlit as st
 
 from components import prewarm
@@ -36,6 +38,10 @@ st.html("""<style>
 }
 </style>""")
 st.sidebar.caption("ICLR 2025 Explorer · every number on a page is computed live.")
+# Side-by-side chart titles are levelled and PNG exports get their titles back by a small script (see
+# components/page_script.js).
+st.sidebar.html(f"<script>{(Path(__file__).parent / 'components' / 'page_script.js').read_text()}</script>",
+                unsafe_allow_javascript=True)
 try:
     nav.run()
 finally:

@@ -29,6 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.registry import ROOT, built_papers
@@ -228,6 +229,27 @@ return out;
 """
 
 
+# Side-by-side charts must start level even when their HTML titles wrap to different numbers of lines
+# (components/page_script.js pads the shorter titles): rows of columns whose first chart is titled, compared by the
+# top of that chart; columns stacked under each other (a phone) are skipped.
+UNEVEN_ROWS_JS = """
+const out = [];
+document.querySelectorAll('[data-testid="stHorizontalBlock"]').forEach((hb, bi) => {
+  const cols = [...hb.children].filter(c => c.dataset.testid === 'stColumn');
+  const tops = [];
+  for (const c of cols) {
+    const t = c.querySelector('.explorer-chart-title'), p = c.querySelector('.js-plotly-plot');
+    if (t && p && (t.compareDocumentPosition(p) & Node.DOCUMENT_POSITION_FOLLOWING))
+      tops.push([c.getBoundingClientRect().top, p.getBoundingClientRect().top, t.textContent.slice(0, 40)]);
+  }
+  if (tops.length < 2 || tops.some(x => Math.abs(x[0] - tops[0][0]) > 2)) return;
+  const ys = tops.map(x => x[1]);
+  if (Math.max(...ys) - Math.min(...ys) > 3) out.push([bi, Math.round(Math.max(...ys) - Math.min(...ys)), tops.map(x => x[2])]);
+});
+return out;
+"""
+
+
 @pytest.mark.parametrize("paper", built_papers(), ids=[p.slug for p in built_papers()])
 def test_page_renders_in_browser(server, driver, paper):
     base, _ = server
@@ -246,11 +268,13 @@ def test_page_renders_in_browser(server, driver, paper):
         time.sleep(1.5)
         _, narrow = driver.execute_script(TEXT_COLLISIONS_JS)
         narrow_cut = driver.execute_script(CLIPPED_LABELS_JS)
+        uneven = driver.execute_script(UNEVEN_ROWS_JS)
     finally:
         driver.set_window_size(1400, 1100)
         time.sleep(1.0)                     # let the charts lay themselves out again before the screenshot
     assert not narrow, f"at 1024 px, labels drawn over each other (chart index, label, label): {narrow}"
     assert not narrow_cut, f"at 1024 px, labels running past their chart's edge (chart index, label): {narrow_cut}"
+    assert not uneven, f"at 1024 px, side-by-side charts start at different heights (row, px, titles): {uneven}"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / f"{paper.slug}.png"))
     print(f"{paper.slug}: claims + first plot after {waited:.1f} s")
@@ -317,6 +341,49 @@ def test_download_buttons_deliver_their_files(server, driver):
             assert len(table) > 0 and len(table.columns) > 1, (f.name, table.head())
         else:
             assert json.loads(f.read_text()), f.name
+
+
+def test_png_export_carries_the_chart_title(server, driver):
+    """Chart titles are HTML above the chart, so the toolbar's PNG export would lose them; page_script.js puts the
+    title back for the export: the file is named after the title, is taller than the chart by the title's band, and
+    that band holds dark (text) pixels. The chart on screen keeps its layout."""
+    from PIL import Image
+    from selenium.webdriver.common.by import By
+
+    base, _ = server
+    target = Path(tempfile.mkdtemp(prefix="png-export-"))
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(target)})
+    driver.get(f"{base}/lora_pro")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    time.sleep(1.0)
+    found = driver.execute_script("""
+      const gds = [...document.querySelectorAll('.js-plotly-plot')];
+      const i = gds.findIndex(g => g.layout && g.layout.meta && g.layout.meta.explorer_title);
+      if (i < 0) return null;
+      const g = gds[i]; g.scrollIntoView({block: 'center'});
+      return [i, g.layout.meta.explorer_title, g._fullLayout.height, JSON.stringify(g.layout.margin || null),
+              JSON.stringify(g.layout.annotations || null)];""")
+    assert found, "no chart with a detached title on the page"
+    i, title, height, margin, annotations = found
+    button = driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")[i].find_element(
+        By.CSS_SELECTOR, '.modebar-btn[data-title^="Download plot"]')
+    driver.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true, cancelable: true}));",
+                          button)
+    deadline = time.time() + 30
+    while not [f for f in target.iterdir() if f.suffix == ".png"] and time.time() < deadline:
+        time.sleep(0.25)
+    pngs = [f for f in target.iterdir() if f.suffix == ".png"]
+    assert pngs, "the PNG export delivered nothing"
+    stem = re.sub(r"[^A-Za-z0-9]+", "-", title).strip("-")[:60]
+    assert pngs[0].stem == stem, (pngs[0].name, title)
+    img = Image.open(pngs[0]).convert("L")
+    assert img.height > height + 20, (img.size, height)
+    band = np.asarray(img)[: img.height - height]
+    assert (band < 100).sum() > 50, "no title text in the band above the exported chart"
+    after = driver.execute_script(
+        "const g = document.querySelectorAll('.js-plotly-plot')[arguments[0]];"
+        "return [JSON.stringify(g.layout.margin || null), JSON.stringify(g.layout.annotations || null)];", i)
+    assert after == [margin, annotations], "the chart on screen kept the export's title band"
 
 
 def _slider_values(d) -> dict[str, str]:
