@@ -224,6 +224,48 @@ def readable_bar_text(fig: go.Figure, minsize: int = 10) -> go.Figure:
     return fig
 
 
+def tidy_log_ticks(fig: go.Figure) -> go.Figure:
+    """Full-size ticks at 1-2-3-5 (or 1-2-5) steps on log axes that span at most ~2.5 decades (in place).
+
+    Over a short log range plotly labels every digit in small print, with a stray one past each end ("9 1 2 3 4 ...
+    9 10" for data from 1 to 12), which reads as a linear axis gone wrong. Axes the page gave ticks, an exponent
+    format or a range of its own are left alone, as are longer ranges (plotly's decade labels are clear there) and
+    values outside 1e-3 ... 1e5 (whose plain labels would get long)."""
+    lay = fig.layout
+    for name in [k for k in lay if k.startswith(("xaxis", "yaxis"))]:
+        ax = lay[name]
+        if ax.type != "log" or ax.tickvals is not None or ax.dtick is not None or ax.range is not None \
+                or ax.exponentformat not in (None, "B"):
+            continue
+        letter, ref = name[0], name[0] + name[5:]          # xaxis2 -> "x2"
+        vals = []
+        for t in fig.data:
+            if (getattr(t, letter + "axis", None) or letter) != ref:
+                continue
+            v = getattr(t, letter, None)
+            if v is None:
+                continue
+            try:
+                a = np.asarray(v, dtype=float).ravel()
+            except (TypeError, ValueError):
+                continue
+            vals.append(a[np.isfinite(a) & (a > 0)])
+        a = np.concatenate(vals) if vals else np.empty(0)
+        if a.size < 2:
+            continue
+        lo, hi = float(a.min()), float(a.max())
+        decades = np.log10(hi / lo) if lo > 0 else np.inf
+        if not (0 < decades <= 2.6) or lo < 1e-3 or hi > 1e5:
+            continue
+        mant = (1, 2, 3, 5) if decades <= 1.3 else (1, 2, 5)
+        ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+                 for m in mant]
+        ticks = [v for v in ticks if lo / 1.15 <= v <= hi * 1.15]
+        if len(ticks) >= 2:
+            ax.update(tickvals=ticks, ticktext=[f"{v:g}" for v in ticks])
+    return fig
+
+
 # A short toolbar: save as PNG, box zoom, pan, reset axes, and Streamlit's full-screen button. Zoom in / out and
 # autoscale repeat what the box zoom and a double click do; box and lasso select have no use on these pages. On
 # devices without hover the toolbar is always visible (app.py gives it a band above the chart), and a long one wraps
@@ -265,5 +307,5 @@ def show(fig: go.Figure, key: str | None = None) -> None:
         # plotly's title markup (<sup>, <br>, <i>) is HTML too; st.html does not run it through markdown, whose
         # "_", "*" and "$" would turn parts of a title like "Q_θ(s, π_K(s))" into italics or math
         st.html(f'<div class="explorer-chart-title">{title}</div>')
-    fig = readable_bar_text(stack_title_and_legend(fig))
+    fig = tidy_log_ticks(readable_bar_text(stack_title_and_legend(fig)))
     st.plotly_chart(fig, width="stretch", key=key, config=PLOTLY_CONFIG)

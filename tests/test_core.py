@@ -337,3 +337,32 @@ def test_heatmaps_do_not_count_as_legend_entries():
     assert charts.legend_on_top(shown)
     over = go.Figure([go.Heatmap(z=[[1]]), go.Scatter(x=[0], y=[0], name="a"), go.Scatter(x=[0], y=[0], name="b")])
     assert charts.legend_on_top(over)
+
+
+def test_short_log_axes_get_full_size_ticks():
+    """Over 1-2.5 decades plotly labels a log axis with every digit in small print and a stray digit past each end;
+    tidy_log_ticks puts full-size ticks at 1-2-3-5 (about one decade) or 1-2-5 steps inside the data's span, on the
+    axis each trace is bound to, and leaves long ranges and a page's own tick settings alone."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from components import charts
+
+    short = go.Figure(go.Scatter(x=[1, 4, 12], y=[0.3, 0.9, 1.0])).update_xaxes(type="log")
+    charts.tidy_log_ticks(short)
+    assert list(short.layout.xaxis.tickvals) == [1, 2, 3, 5, 10]
+    assert list(short.layout.xaxis.ticktext) == ["1", "2", "3", "5", "10"]
+    assert short.layout.yaxis.tickvals is None                      # a linear axis is not touched
+    two = go.Figure(go.Scatter(x=[0, 1], y=[0.02, 3.0])).update_yaxes(type="log")
+    assert list(charts.tidy_log_ticks(two).layout.yaxis.tickvals) == [0.02, 0.05, 0.1, 0.2, 0.5, 1, 2]
+    long = go.Figure(go.Scatter(x=[1, 9000], y=[0, 1])).update_xaxes(type="log")
+    assert charts.tidy_log_ticks(long).layout.xaxis.tickvals is None
+    own = go.Figure(go.Scatter(x=[1, 12], y=[0, 1])).update_xaxes(type="log", dtick=1)
+    assert charts.tidy_log_ticks(own).layout.xaxis.tickvals is None
+    # subplots: the second panel's axis reads only the traces bound to it
+    sub = make_subplots(rows=1, cols=2)
+    sub.add_trace(go.Scatter(x=[1, 1000], y=[0, 1]), 1, 1)
+    sub.add_trace(go.Scatter(x=[10, 40], y=[0, 1]), 1, 2)
+    sub.update_xaxes(type="log")
+    charts.tidy_log_ticks(sub)
+    assert sub.layout.xaxis.tickvals is None and list(sub.layout.xaxis2.tickvals) == [10, 20, 30]
