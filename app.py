@@ -31,6 +31,8 @@ nav = st.navigation(sections)
 st.html("""<style>
 .explorer-chart-title { font-size: 15px; font-weight: 600; line-height: 1.35; padding-left: 6px; }
 .stElementContainer:has(.explorer-chart-title) { margin-bottom: -0.6rem; }
+.explorer-fs-title { position: absolute; top: 6px; left: 16px; right: 200px; z-index: 2; pointer-events: none;
+  font-size: 15px; font-weight: 600; line-height: 1.35; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 @media (hover: none) {
   .stElementContainer:has(.js-plotly-plot) { margin-top: 28px; overflow: visible !important; }
   .js-plotly-plot { overflow: visible !important; }

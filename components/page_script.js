@@ -6,6 +6,7 @@
 //    level; re-run on every change of the page and on resize. Columns that Streamlit has stacked (a phone) are left
 //    alone.
 // 2. The PNG export of the chart toolbar gets the chart's title back (see below).
+// 3. So does a chart in Streamlit's full-screen view.
 //
 // Write no "<" directly before a letter or "/" in this file (use \x3c): Streamlit's HTML sanitiser then drops the
 // whole script without a word.
@@ -19,7 +20,26 @@
     const t = titles[k];
     return {t, top: t.getBoundingClientRect().bottom};
   }
+  // 3. Streamlit's full-screen view enlarges the chart's own frame, which leaves the HTML title behind: while a frame is
+  //    full screen (position: fixed) its chart gets a copy of the title in the band above the plot, on one line.
+  function fullScreenTitles() {
+    document.querySelectorAll('[data-testid="stFullScreenFrame"]').forEach(f => {
+      const copy = f.querySelector(":scope > .explorer-fs-title");
+      const big = getComputedStyle(f).position === "fixed" && f.querySelector(".js-plotly-plot");
+      if (!big) { if (copy) copy.remove(); return; }
+      if (copy) return;
+      const box = f.closest('[data-testid="stElementContainer"]');
+      const prev = box && box.previousElementSibling;
+      const title = prev && prev.querySelector(TITLE);
+      if (!title) return;
+      const el = document.createElement("div");
+      el.className = "explorer-fs-title";
+      el.innerHTML = title.innerHTML;
+      f.appendChild(el);
+    });
+  }
   function align() {
+    fullScreenTitles();
     document.querySelectorAll(TITLE).forEach(t => { t.style.paddingTop = ""; });
     document.querySelectorAll('[data-testid="stHorizontalBlock"]').forEach(hb => {
       const cols = [...hb.children].filter(c => c.dataset.testid === "stColumn" && c.querySelector(TITLE));

@@ -343,11 +343,13 @@ def test_download_buttons_deliver_their_files(server, driver):
             assert json.loads(f.read_text()), f.name
 
 
-def test_png_export_carries_the_chart_title(server, driver):
+def test_png_export_and_full_screen_carry_the_chart_title(server, driver):
     """Chart titles are HTML above the chart, so the toolbar's PNG export would lose them; page_script.js puts the
     title back for the export: the file is named after the title, is taller than the chart by the title's band, and
-    that band holds dark (text) pixels. The chart on screen keeps its layout."""
+    that band holds dark (text) pixels. The chart on screen keeps its layout. Streamlit's full-screen view (which
+    enlarges the chart's frame only) shows a copy of the title while it lasts."""
     from PIL import Image
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 
     base, _ = server
@@ -384,6 +386,26 @@ def test_png_export_carries_the_chart_title(server, driver):
         "const g = document.querySelectorAll('.js-plotly-plot')[arguments[0]];"
         "return [JSON.stringify(g.layout.margin || null), JSON.stringify(g.layout.annotations || null)];", i)
     assert after == [margin, annotations], "the chart on screen kept the export's title band"
+    # Streamlit's full-screen view shows the chart's frame alone: the title comes along while it is full screen
+    frame = driver.execute_script("return arguments[0].closest('[data-testid=\"stElementContainer\"]');",
+                                  driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")[i])
+
+    def toggle_full_screen():
+        ActionChains(driver).move_to_element(frame).perform()
+        full = [b for b in frame.find_elements(By.CSS_SELECTOR, "button")
+                if (b.get_attribute("aria-label") or "") in ("Fullscreen", "Close fullscreen", "Exit fullscreen")]
+        assert full, "no full-screen button on the chart"
+        driver.execute_script("arguments[0].click();", full[-1])
+        time.sleep(1.5)
+
+    def full_screen_title() -> str | None:
+        return driver.execute_script("const t = arguments[0].querySelector('.explorer-fs-title');"
+                                     "return t ? t.textContent : null;", frame)
+
+    toggle_full_screen()
+    assert full_screen_title() == title
+    toggle_full_screen()
+    assert full_screen_title() is None
 
 
 def _slider_values(d) -> dict[str, str]:
