@@ -40,9 +40,10 @@ shown = [p for p in PAPERS if matches(p)]
 if not shown:
     st.info("No paper matches this search.")
 
-cols = st.columns(3)
-for i, p in enumerate(shown):
-    with cols[i % 3].container(border=True):
+
+def _card(col, p) -> None:
+    """One paper's card: title, area, one-line summary, link to its live page and to the paper."""
+    with col.container(border=True, height="stretch"):
         st.markdown(f"**{p.title}**")
         st.caption(p.area)
         st.write(p.summary)
@@ -51,3 +52,10 @@ for i, p in enumerate(shown):
         else:
             st.badge("coming", icon=":material/schedule:", color="gray")
         st.markdown(f"[paper]({p.url})")
+
+
+# one row of three cards at a time, each card as tall as the tallest of its row, so the cards read row by row
+for start in range(0, len(shown), 3):
+    cols = st.columns(3)
+    for col, p in zip(cols, shown[start:start + 3]):
+        _card(col, p)

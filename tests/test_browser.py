@@ -181,6 +181,21 @@ def test_home_gallery_in_browser(server, driver):
     assert "ICLR 2025 Explorer" in body
     assert body.count("Open the live page") == len(built_papers()), body.count("Open the live page")
     assert not driver.find_elements(By.CSS_SELECTOR, "[data-testid='stException']")
+    # the cards come row by row in the registry's order (the order a phone, which stacks the columns, shows them),
+    # and the cards of a row are equally tall
+    at = [body.find(p.title) for p in built_papers()]
+    assert -1 not in at and at == sorted(at), "cards out of the registry's order"
+    rows = driver.execute_script("""
+      return [...document.querySelectorAll('[data-testid="stHorizontalBlock"]')]
+        .filter(r => r.innerText.includes('Open the live page'))
+        .map(r => [...r.querySelectorAll(':scope > [data-testid="stColumn"]')]
+          .filter(c => c.innerText.trim()).map(c => {
+            const card = [...c.querySelectorAll('[data-testid="stVerticalBlock"]')]
+              .find(b => getComputedStyle(b).borderTopWidth !== '0px');
+            return card ? Math.round(card.getBoundingClientRect().height) : -1;
+          }));""")
+    assert sum(len(r) for r in rows) == len(built_papers()), rows
+    assert all(max(r) - min(r) <= 2 for r in rows), rows
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / "home.png"))
 
