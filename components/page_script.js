@@ -72,6 +72,17 @@
     const btn = ev.target.closest && ev.target.closest('.modebar-btn[data-title^="Download plot"]');
     const gd = btn && btn.closest(".js-plotly-plot");
     const title = gd && gd.layout && gd.layout.meta && gd.layout.meta.explorer_title;
+    if (gd && gd._context && !title) {
+      // an untitled chart: name the file after the page and the chart's key (Streamlit marks its element with a
+      // "st-key-KEY" class) rather than plotly's "plot-image"
+      const box = gd.closest('[class*="st-key-"]');
+      const key = box ? [...box.classList].find(c => c.startsWith("st-key-")).slice(7) : "";
+      const page = location.pathname.split("/").filter(Boolean).pop() || "home";
+      const kept = gd._context.toImageButtonOptions;
+      gd._context.toImageButtonOptions = Object.assign({}, kept || {}, {filename: key ? page + "-" + key : page});
+      setTimeout(() => { gd._context.toImageButtonOptions = kept; }, 0);
+      return;
+    }
     if (!title || !gd._fullLayout || !gd._context || (gd.layout.title && String(gd.layout.title.text || "").replace(/\x3c[^\x3e]*\x3e/g, "").trim())) return;
     const full = gd._fullLayout, lay = gd.layout, ctx = gd._context;
     const perLine = Math.max(24, Math.floor((full.width - 24) / 8.5));

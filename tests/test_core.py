@@ -366,3 +366,16 @@ def test_short_log_axes_get_full_size_ticks():
     sub.update_xaxes(type="log")
     charts.tidy_log_ticks(sub)
     assert sub.layout.xaxis.tickvals is None and list(sub.layout.xaxis2.tickvals) == [10, 20, 30]
+
+
+def test_page_script_survives_streamlits_html_sanitiser():
+    """app.py inserts components/page_script.js with st.html; a "<" right before a letter, "/", "!" or "?" anywhere
+    in it (code or comment) makes Streamlit's sanitiser drop the whole script silently, which happened once with a
+    "<br>" in a string. The script must also be one self-contained statement that installs itself once per tab."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "components" / "page_script.js").read_text()
+    bad = [(text.count("\n", 0, m.start()) + 1, m.group(0)) for m in re.finditer(r"<[A-Za-z/!?]", text)]
+    assert not bad, f"line and text of each '<' the sanitiser would take for a tag: {bad}"
+    assert "window.__explorerAlignTitles" in text
