@@ -40,8 +40,8 @@ st.html("""<style>
 }
 </style>""")
 st.sidebar.caption("ICLR 2025 Explorer · every number on a page is computed live.")
-# Side-by-side chart titles are levelled and PNG exports get their titles back by a small script (see
-# components/page_script.js).
+# A small script levels side-by-side chart titles and gives charts their titles back in the PNG export and the
+# full-screen view (components/page_script.js).
 st.sidebar.html(f"<script>{(Path(__file__).parent / 'components' / 'page_script.js').read_text()}</script>",
                 unsafe_allow_javascript=True)
 try:

@@ -254,7 +254,7 @@ def tidy_log_ticks(fig: go.Figure) -> go.Figure:
         if a.size < 2:
             continue
         lo, hi = float(a.min()), float(a.max())
-        decades = np.log10(hi / lo) if lo > 0 else np.inf
+        decades = np.log10(hi / lo)
         if not (0 < decades <= 2.6) or lo < 1e-3 or hi > 1e5:
             continue
         mant = (1, 2, 3, 5) if decades <= 1.3 else (1, 2, 5)

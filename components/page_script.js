@@ -14,7 +14,7 @@
   if (window.__explorerAlignTitles) return;
   window.__explorerAlignTitles = true;
   const TITLE = ".explorer-chart-title";
-  function chartTop(col, k) {           // top of the k-th titled chart's container in a column, and its title
+  function chartTop(col, k) {           // the k-th title in a column, and its bottom (where its chart starts)
     const titles = col.querySelectorAll(TITLE);
     if (titles.length <= k) return null;
     const t = titles[k];
