@@ -91,7 +91,8 @@ else:
     a, b = st.columns([0.3, 0.7])
     with a:
         charts.show(charts.image_grid([res.sample_image], [f"label {res.sample_label}"], cols=1,
-                                      diverging=False, height_per_row=260), key="sample")
+                                      title="The test digit", diverging=False, height_per_row=260),
+                    key="sample")
     with b:
         fig = go.Figure()
         for cls, vals in res.sample_contrib.items():
@@ -107,7 +108,8 @@ else:
     a, b = st.columns([0.3, 0.7])
     with a:
         charts.show(charts.image_grid([res.steered_image], [f"α = {cfg.alpha:+.2f} → predicted {res.steered_pred}"],
-                                      cols=1, diverging=False, height_per_row=260), key="steered")
+                                      cols=1, title="Steered input", diverging=False, height_per_row=260),
+                    key="steered")
     with b:
         fig = go.Figure()
         fig.add_trace(go.Scatter(x=res.steer_alphas, y=res.steer_formula, mode="lines",
