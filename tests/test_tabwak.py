@@ -39,6 +39,16 @@ def test_encoder_round_trip():
     assert np.allclose(eng.decode(eng.encode(x)), np.round(x, 4), atol=1e-4)
 
 
+def test_generated_columns_stay_in_the_real_range(default_result):
+    x, _ = eng.load_table()
+    cols = [list(eng.load_table()[1]).index(n) for n in default_result.col_names]
+    lo, hi = x[:, cols].min(0), x[:, cols].max(0)
+    for gen in (default_result.wm_cols, default_result.plain_cols):
+        assert np.all(gen >= lo.astype(np.float32)) and np.all(gen <= hi.astype(np.float32))
+    # without the bound, latents a few standard deviations out decode far outside it
+    assert eng.decode(np.full((1, eng.D), 6.0)).ravel().tolist() == x.max(0).tolist()
+
+
 @pytest.mark.parametrize("method", ["tabwak", "tabwak_star"])
 def test_embedding_marginals_and_exact_inversion_limit(method):
     rng = np.random.default_rng(0)
