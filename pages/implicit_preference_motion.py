@@ -102,7 +102,7 @@ for i in range(K):
     draw(fig, res.rank_expert, np.zeros(res.rank_expert.shape[:2], bool), r, c, "#bbbbbb", False)
     color = "#29a36a" if i < 2 else "#e4572e" if i >= K - 2 else "#3b6fd8"
     draw(fig, res.rank_states[i], res.rank_events[i], r, c, color, False)
-charts.themed(fig, "Grey: the scene's expert log; green: preferred; orange: rejected", 200 * rows + 60,
+charts.themed(fig, "Grey: the scene's expert log; green: preferred; orange: rejected; blue: in no pair", 200 * rows + 60,
               showlegend=False, shapes=road(K))
 charts.show(fig, key="ranked")
 st.caption(f"Negative control for claim 3: scored against a *different* scene's expert log, the distance still "
