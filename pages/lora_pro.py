@@ -35,43 +35,64 @@ res = run_or_stop("engine.lora_pro", cfg, label="Fine-tuning")
 layout.claims_panel(eng.claims(res))
 
 names = {m: eng.METHOD_LABELS[m] for m in eng.METHODS}
+COLOR = dict(zip(eng.METHODS, charts.COLORS))   # one colour per method on every chart of the page
 ys = {f"{names[m]} (lr {res.best_lr[m]:g})": res.loss[m] for m in eng.METHODS}
 if np.isfinite(res.floor):
     ys[f"rank-{cfg.rank} floor"] = np.full(len(res.steps), max(res.floor, 1e-300))
 model_name = "MLP" if res.model == "mlp" else "linear layer"
-charts.show(charts.lines(res.steps, ys, title=f"Training loss at each method's best learning rate ({model_name})",
-                         xlabel="step", ylabel="loss", log_y=True), key="loss")
+
+
+def full_under_lorapro(fig):
+    """LoRA-Pro follows full fine-tuning closely, so its line would hide the other: draw full FT wide and pale."""
+    fig.update_traces(selector=0, line_width=8, opacity=0.4)
+    fig.update_traces(selector=2, line_dash="dash")
+    if len(fig.data) > 3:
+        fig.update_traces(selector=3, line_dash="dot")   # the rank-r floor
+    return fig
+
+
+charts.show(full_under_lorapro(charts.lines(res.steps, ys, xlabel="step", ylabel="loss", log_y=True,
+                                            title=f"Training loss at each method's best learning rate ({model_name})")),
+            key="loss")
+st.caption("Full fine-tuning is the wide pale line: where LoRA-Pro (dashed) coincides with it, it runs inside it.")
 download.download_csv(pd.DataFrame({"step": res.steps, **{m: res.loss[m] for m in eng.METHODS},
                                     "floor": res.floor}), "lora_pro_loss.csv")
 
 t = np.arange(len(res.err["lora"]))
-charts.show(charts.lines(t, {"LoRA": res.err["lora"], "LoRA-Pro": res.err["lorapro"]},
-                         title="Distance of the equivalent gradient from the full gradient, ‖g̃ − g‖ / ‖g‖",
-                         xlabel="step", ylabel="relative error", log_y=True), key="err")
+fig = charts.lines(t, {"LoRA": res.err["lora"], "LoRA-Pro": res.err["lorapro"]},
+                   title="Distance of the equivalent gradient from the full gradient, ‖g̃ − g‖ / ‖g‖",
+                   xlabel="step", ylabel="relative error", log_y=True)
+for tr, m in zip(fig.data, ("lora", "lorapro")):
+    tr.line.color = COLOR[m]
+charts.show(fig, key="err")
 download.download_csv(pd.DataFrame({"step": t, "e_lora": res.err["lora"], "e_lorapro": res.err["lorapro"]}),
                       "lora_pro_gradient_error.csv")
 if res.model == "mlp" and res.layer_err:
     nl = res.layer_err["lora"].shape[1]
     per = {f"{lab} layer {i + 1}": res.layer_err[key][:, i] for key, lab in (("lora", "LoRA"), ("lorapro", "LoRA-Pro"))
            for i in range(nl)}
-    charts.show(charts.lines(t, per, title="Per-layer gradient error ‖g̃ₗ − gₗ‖ / ‖gₗ‖ (each adapter adjusted on its own)",
-                             xlabel="step", ylabel="relative error", log_y=True), key="layer_err")
+    fig = charts.lines(t, per, title="Per-layer gradient error ‖g̃ₗ − gₗ‖ / ‖gₗ‖ (each adapter adjusted on its own)",
+                       xlabel="step", ylabel="relative error", log_y=True)
+    for j, tr in enumerate(fig.data):   # colour = method, as on the rest of the page; dash = layer
+        tr.line.color = COLOR["lora" if j < nl else "lorapro"]
+        tr.line.dash = ("solid", "dash", "dot", "dashdot")[j % nl % 4]
+    charts.show(fig, key="layer_err")
     download.download_csv(pd.DataFrame({"step": t, **per}), "lora_pro_layer_gradient_error.csv")
 
 c1, c2 = st.columns(2)
 with c1:
     fin = {names[m]: np.where(np.isfinite(res.final_by_lr[m]), res.final_by_lr[m], np.nan) for m in eng.METHODS}
-    charts.show(charts.lines(res.lr_grid, fin, title="Final loss vs learning rate (gaps = diverged)",
-                             xlabel="learning rate", ylabel="final loss", log_x=True, log_y=True,
-                             mode="lines+markers"), key="lr")
+    charts.show(full_under_lorapro(charts.lines(res.lr_grid, fin, title="Final loss vs learning rate (gaps = diverged)",
+                                                xlabel="learning rate", ylabel="final loss", log_x=True, log_y=True,
+                                                mode="lines+markers")), key="lr")
     download.download_csv(pd.DataFrame({"lr": res.lr_grid, **{m: res.final_by_lr[m] for m in eng.METHODS}}),
                           "lora_pro_lr_sweep.csv")
 with c2:
     k = np.arange(1, len(res.sv_target) + 1)
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=k, y=res.sv_target, name="target ΔW*"))
+    fig.add_trace(go.Bar(x=k, y=res.sv_target, name="target ΔW*", marker_color="#444444"))
     for m in eng.METHODS:
-        fig.add_trace(go.Bar(x=k, y=res.sv_learned[m], name=names[m]))
+        fig.add_trace(go.Bar(x=k, y=res.sv_learned[m], name=names[m], marker_color=COLOR[m]))
     fig.update_xaxes(title="singular value index")
     charts.show(charts.themed(fig, "Singular values of the learned ΔW" + (" (first layer)" if res.model == "mlp" else ""),
                               360), key="sv")
@@ -82,8 +103,9 @@ if res.twin_loss:
     tt = np.arange(len(res.twin_loss["lora"]))
     tw = {names[m]: res.twin_loss[m] for m in eng.METHODS}
     tw[f"rank-{cfg.rank} floor"] = np.full(len(tt), res.twin_floor)
-    charts.show(charts.lines(tt, tw, title=f"Over-rank twin: a rank-{res.twin_rank} target that rank-{cfg.rank} "
-                             "adapters cannot fit", xlabel="step", ylabel="loss", log_y=True), key="twin")
+    charts.show(full_under_lorapro(charts.lines(tt, tw, xlabel="step", ylabel="loss", log_y=True,
+                                                title=f"Over-rank twin: a rank-{res.twin_rank} target that "
+                                                      f"rank-{cfg.rank} adapters cannot fit")), key="twin")
     download.download_csv(pd.DataFrame({"step": tt, **{m: res.twin_loss[m] for m in eng.METHODS},
                                         "floor": res.twin_floor}), "lora_pro_twin.csv")
 
