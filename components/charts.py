@@ -41,6 +41,8 @@ def lines(x, ys: dict[str, Sequence[float]], title: str = "", xlabel: str = "", 
           height: int = 360, mode: str = "lines") -> go.Figure:
     """Several named series over a shared x; optional (low, high) bands per series."""
     fig = go.Figure()
+    drawn: list[tuple[np.ndarray, np.ndarray]] = []
+    scale = _y_scale(ys.values(), log_y)
     for i, (name, y) in enumerate(ys.items()):
         color = COLORS[i % len(COLORS)]
         xs = x[name] if isinstance(x, dict) else x
@@ -49,10 +51,48 @@ def lines(x, ys: dict[str, Sequence[float]], title: str = "", xlabel: str = "", 
             fig.add_trace(go.Scatter(x=np.concatenate([xs, xs[::-1]]), y=np.concatenate([hi, lo[::-1]]),
                                      fill="toself", line=dict(width=0), fillcolor=color, opacity=0.18,
                                      hoverinfo="skip", showlegend=False))
-        fig.add_trace(go.Scatter(x=xs, y=y, name=name, mode=mode, line=dict(color=color, width=2)))
+        # a series lying on top of an earlier one would hide it: dash it, so the one below shows through the gaps
+        n_under = sum(_coincide(xs, y, xe, ye, log_y, scale) for xe, ye in drawn)
+        dash = (None, "dash", "dot", "dashdot")[min(n_under, 3)]
+        drawn.append((xs, y))
+        fig.add_trace(go.Scatter(x=xs, y=y, name=name, mode=mode, line=dict(color=color, width=2, dash=dash)))
     fig.update_xaxes(title=xlabel, type="log" if log_x else None)
     fig.update_yaxes(title=ylabel, type="log" if log_y else None)
     return themed(fig, title, height)
+
+
+def _finite_values(y, log: bool) -> np.ndarray:
+    v = np.asarray(y, dtype=float).ravel()
+    if log:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = np.log10(np.where(v > 0, v, np.nan))
+    return v
+
+
+def _y_scale(series, log: bool) -> float:
+    """Extent of all series on the plotted axis (decades on a log axis); 1 when there is none."""
+    try:
+        v = np.concatenate([_finite_values(y, log) for y in series])
+    except (TypeError, ValueError):
+        return 1.0
+    v = v[np.isfinite(v)]
+    return float(np.ptp(v)) if v.size and np.ptp(v) > 0 else 1.0
+
+
+def _coincide(xa, ya, xb, yb, log: bool, scale: float) -> bool:
+    """Whether two series are drawn on the same points to within 0.5 % of the axis extent."""
+    try:
+        a, b = _finite_values(ya, log), _finite_values(yb, log)
+    except (TypeError, ValueError):
+        return False
+    try:
+        same_x = np.array_equal(np.asarray(xa, dtype=float), np.asarray(xb, dtype=float), equal_nan=True)
+    except (TypeError, ValueError):                     # category labels
+        same_x = list(np.ravel(xa)) == list(np.ravel(xb))
+    if a.shape != b.shape or not same_x:
+        return False
+    ok = np.isfinite(a) & np.isfinite(b)
+    return int(ok.sum()) >= 2 and bool(np.max(np.abs(a[ok] - b[ok])) <= 0.005 * scale)
 
 
 def bars(names: Sequence[str], values: Sequence[float], title: str = "", ylabel: str = "",

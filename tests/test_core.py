@@ -368,6 +368,27 @@ def test_short_log_axes_get_full_size_ticks():
     assert sub.layout.xaxis.tickvals is None and list(sub.layout.xaxis2.tickvals) == [10, 20, 30]
 
 
+def test_lines_dashes_a_series_that_would_hide_an_earlier_one():
+    """A series drawn on the same points as an earlier one (within 0.5 % of the axis extent; decades on a log axis)
+    is dashed so both stay visible; distinct series and series on another x grid stay solid."""
+    import numpy as np
+
+    from components import charts
+
+    x = np.arange(5.0)
+    a, far = np.array([1.0, 2, 3, 4, 5]), np.array([5.0, 4, 3, 2, 1])
+    fig = charts.lines(x, {"a": a, "same": a + 0.01, "far": far, "again": a.copy(), "nan": np.full(5, np.nan)})
+    assert [tr.line.dash for tr in fig.data] == [None, "dash", None, "dot", None]
+    # on a log axis the tolerance is in decades: 1e-6 vs 2e-6 is a visible gap there, 1e3 vs 1.001e3 is not
+    logf = charts.lines(x, {"a": [1e-6, 1e-3, 1, 1e3, 1e6], "b": [2e-6, 1e-3, 1, 1e3, 1e6],
+                            "c": [1e-6, 1e-3, 1, 1.001e3, 1e6]}, log_y=True)
+    assert [tr.line.dash for tr in logf.data] == [None, None, "dash"]
+    other_x = charts.lines({"a": x, "b": x + 1}, {"a": a, "b": a})
+    assert [tr.line.dash for tr in other_x.data] == [None, None]
+    labels = charts.lines(["p", "q", "r"], {"a": [1, 2, 3], "b": [1, 2, 3]})    # categorical x
+    assert [tr.line.dash for tr in labels.data] == [None, "dash"]
+
+
 def test_page_script_survives_streamlits_html_sanitiser():
     """app.py inserts components/page_script.js with st.html; a "<" right before a letter, "/", "!" or "?" anywhere
     in it (code or comment) makes Streamlit's sanitiser drop the whole script silently, which happened once with a
