@@ -57,15 +57,19 @@ main = (0, 1, 2)
 left, right = st.columns(2)
 for col, key, title, ylabel in ((left, "G", "Overall generalisation error G_t", "mean ‖w^(mᵢ) − w*ᵢ‖ over past tasks"),
                                 (right, "F", "Forgetting F_t", "mean |eᵢ(t) − eᵢ(i)|")):
-    q = res.quartiles[key]
+    # a log axis cannot show 0 (F_1 = 0: no earlier task yet), so rounds where a drawn value is 0 are left off
+    keep = (res.quartiles[key][list(main)] > 0).all(axis=(0, 1))
+    q = res.quartiles[key][:, :, keep]
     ys = {names[v]: q[v, 1] for v in main}
     bands = {names[v]: (q[v, 0], q[v, 2]) for v in main}
-    fig = charts.lines(rounds, ys, title=title, xlabel="round t", ylabel=ylabel, bands=bands, log_y=True)
+    fig = charts.lines(rounds[keep], ys, title=title, xlabel="round t", ylabel=ylabel, bands=bands, log_y=True)
     if np.isfinite(m["t_freeze_moe"]):
         fig.add_vline(x=m["t_freeze_moe"], line_dash="dot", line_color="gray", annotation_text="median freeze T₁")
     with col:
         charts.show(fig, key=f"curve-{key}")
-st.caption("Lines: median over seeds; shaded: inter-quartile range.")
+st.caption("Lines: median over seeds; shaded: inter-quartile range. A round where a drawn value is 0 is left off, "
+           "since a log axis cannot show 0: always F₁ (no earlier task yet), so forgetting starts at the second "
+           "recorded round. The CSV below has every round.")
 curve_df = pd.DataFrame({"round": rounds})
 for key in ("G", "F"):
     for v in main:
