@@ -1,6 +1,7 @@
 """Generic page tests: every page in the registry, opened headless with Streamlit's AppTest.
 
-For each built page: the default view renders with its claims panel and no error; a random valid
+For each built page: the default view renders with its claims panel and no error, and no chart line lies hidden
+under another or loses values <= 0 on a log axis; a random valid
 configuration set through the URL reproduces itself (widgets show the values, the URL keeps them);
 widgets driven to random valid values render without exception; hostile URL parameters fall back
 to the defaults with a visible notice. New pages get all of this by registering.
@@ -63,6 +64,55 @@ def _link_notices(at: AppTest) -> list[str]:
     """Warnings that say a URL parameter could not be used (other warnings are the page's own)."""
     return [w.value for w in at.warning if "link parameters could not be used" in w.value
             or w.value.startswith("`")]
+
+
+def _chart_data(values):
+    """A trace's x or y as a float array (plotly stores numpy arrays as base64 "bdata"); None for labels."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(values, dict) and "bdata" in values:
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=np.dtype(values["dtype"])).astype(float)
+    try:
+        return np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError):
+        return None
+
+
+def _chart_defects(at: AppTest) -> list[str]:
+    """What a reader of the page's plotly charts would miss: a line drawn exactly over another one of a different
+    name (its legend entry has no visible line), or values <= 0 on a log axis (plotly drops them silently)."""
+    import numpy as np
+
+    from components.charts import _coincide, _y_scale
+
+    found = []
+    for k, el in enumerate(at.get("plotly_chart")):
+        spec = json.loads(el.proto.spec)
+        layout, data = spec.get("layout", {}), spec.get("data", [])
+        for d in data:
+            for ax in ("x", "y"):
+                axis = layout.get(d.get(f"{ax}axis", ax).replace(ax, f"{ax}axis", 1), {})
+                v = _chart_data(d.get(ax)) if axis.get("type") == "log" else None
+                if v is not None and (v[np.isfinite(v)] <= 0).any():
+                    found.append(f"chart {k}: {d.get('name')!r} has values <= 0 on a log {ax} axis")
+        solid = [d for d in data if d.get("type", "scatter") == "scatter" and "lines" in d.get("mode", "lines")
+                 and not d.get("fill") and d.get("line", {}).get("dash", "solid") == "solid"
+                 and d.get("opacity", 1) == 1 and d.get("showlegend", True) is not False and d.get("name")]
+        for i, a in enumerate(solid):
+            for b in solid[i + 1:]:
+                if a["name"] == b["name"] or (a.get("xaxis"), a.get("yaxis")) != (b.get("xaxis"), b.get("yaxis")):
+                    continue                                  # e.g. one line per seed of the same variant
+                log = layout.get((a.get("yaxis") or "y").replace("y", "yaxis", 1), {}).get("type") == "log"
+                ya, yb = _chart_data(a.get("y")), _chart_data(b.get("y"))
+                if ya is None or yb is None:
+                    continue
+                xa, xb = a.get("x"), b.get("x")
+                xa, xb = (_chart_data(xa), _chart_data(xb)) if _chart_data(xa) is not None else (xa, xb)
+                if _coincide(xa, ya, xb, yb, log, _y_scale([ya, yb], log)):
+                    found.append(f"chart {k}: {b['name']!r} is drawn exactly over {a['name']!r}")
+    return found
 
 
 def _no_exception(at: AppTest):
@@ -162,6 +212,7 @@ def test_page_default_view(paper, monkeypatch):
     assert not at.error, [e.value for e in at.error]
     assert any("Claims" in s.value for s in at.subheader), "claims panel missing"
     assert len(at.get("plotly_chart")) + len(at.get("vega_lite_chart")) + len(at.get("arrow_vega_lite_chart")) > 0
+    assert not _chart_defects(at), _chart_defects(at)
     # the sidebar names the device of this page's engine (tests run on the CPU, forced for the engines that follow
     # the device choice)
     compute = [c.value for c in at.sidebar.caption if "Compute:" in c.value]
