@@ -66,8 +66,16 @@ fig.add_trace(go.Scatter(x=res.pca_theta[:, 0], y=res.pca_theta[:, 1], mode="mar
                          marker=dict(size=8, color=charts.COLORS[0])))
 fig.add_trace(go.Scatter(x=res.pca_phi[:, 0], y=res.pca_phi[:, 1], mode="markers", name="φ samples",
                          marker=dict(size=4, color=charts.COLORS[1], opacity=0.5)))
+# components that collapsed onto one point would print their labels over each other: one label lists them all
+span = float(np.ptp(np.r_[res.pca_theta, res.pca_phi, res.pca_means], axis=0).max()) or 1.0
+labels = [f"{w:.2f}" for w in res.mix_weights]
+for i in range(len(labels)):
+    for j in range(i):
+        if labels[j] and np.linalg.norm(res.pca_means[i] - res.pca_means[j]) < 0.02 * span:
+            labels[j], labels[i] = f"{labels[j]}, {labels[i]}", ""
+            break
 fig.add_trace(go.Scatter(x=res.pca_means[:, 0], y=res.pca_means[:, 1], mode="markers+text", name="mixture means",
-                         text=[f"π={w:.2f}" for w in res.mix_weights], textposition="top center",
+                         text=[f"π={t}" if t else "" for t in labels], textposition="top center",
                          marker=dict(size=14, symbol="x", color=charts.COLORS[3])))
 fig.update_xaxes(title="PC 1")
 fig.update_yaxes(title="PC 2")
