@@ -61,6 +61,34 @@ def lines(x, ys: dict[str, Sequence[float]], title: str = "", xlabel: str = "", 
     return themed(fig, title, height)
 
 
+def ref_line(fig: go.Figure, x: float | None = None, y: float | None = None, text: str = "", **kw) -> go.Figure:
+    """A vertical (x=) or horizontal (y=) reference line with an optional label, placed right on log axes too.
+
+    plotly puts a shape on a log axis at its data value but an annotation at 10**value, so ``add_vline(x=60,
+    annotation_text=...)`` on a log x axis labels the line at x = 1e60 and stretches the axis to show it. Set the
+    axis type before calling this. ``kw`` goes to add_vline / add_hline (line_dash, annotation_position, ...).
+    """
+    import math
+
+    if (x is None) == (y is None):
+        raise ValueError("ref_line takes exactly one of x and y")
+    n = len(fig.layout.annotations)
+    if text:
+        kw["annotation_text"] = text
+    if x is not None:
+        fig.add_vline(x=x, **kw)
+    else:
+        fig.add_hline(y=y, **kw)
+    for ann in fig.layout.annotations[n:]:
+        for ax in ("x", "y"):
+            ref = getattr(ann, f"{ax}ref") or ""
+            value = getattr(ann, ax)
+            if ref.startswith(ax) and "domain" not in ref and isinstance(value, (int, float)) and value > 0 \
+                    and fig.layout[ref.replace(ax, f"{ax}axis", 1)].type == "log":
+                setattr(ann, ax, math.log10(value))
+    return fig
+
+
 def _finite_values(y, log: bool) -> np.ndarray:
     v = np.asarray(y, dtype=float).ravel()
     if log:

@@ -56,12 +56,11 @@ with left:
     fig = charts.lines(bands, {f"ε = {cfg.epsilon:g}": res.rmse, f"ε = {res.eps_low:g}": res.rmse_low},
                        title="RMSE of the noisy prefix sums", xlabel="bands b", ylabel="RMSE",
                        log_x=True, log_y=True, mode="lines+markers")
-    fig.add_hline(y=float(res.rmse[0]), line_dash="dash", line_color="gray",
-                  annotation_text="DP-SGD (b = 1)")
+    charts.ref_line(fig, y=float(res.rmse[0]), text="DP-SGD (b = 1)", line_dash="dash", line_color="gray")
     fig.add_trace(go.Scatter(x=[m["b_best"]], y=[m["rmse_best"]], mode="markers", name="b*",
                              marker=dict(size=14, symbol="star", color="black")))
-    fig.add_vline(x=m["heuristic"], line_dash="dot", line_color=charts.COLORS[0],
-                  annotation_text="ε√n/k", annotation_position="bottom right")   # clear of the DP-SGD label
+    charts.ref_line(fig, x=m["heuristic"], text="ε√n/k", line_dash="dot", line_color=charts.COLORS[0],
+                    annotation_position="bottom right")   # clear of the DP-SGD label
     charts.show(fig, key="rmse")
 with right:
     fig = charts.lines(bands, {f"ε = {cfg.epsilon:g}": res.sigma, f"ε = {res.eps_low:g}": res.sigma_low},

@@ -43,10 +43,10 @@ for vi, v in enumerate(eng.VARIANTS):
         fig.add_trace(go.Scatter(x=res.steps, y=res.maxv[v][s], mode="lines", name=eng.LABELS[v],
                                  legendgroup=v, showlegend=s == 0,
                                  line=dict(color=charts.COLORS[vi], width=1.5), opacity=0.75))
-fig.add_hline(y=eng.DIVERGE, line_dash="dot", annotation_text="divergence threshold")
 charts.themed(fig, "max over states of |V(s)| (one line per seed; true value 0)", 430)
 fig.update_xaxes(title="TD step")
 fig.update_yaxes(title="max |V|", type="log", exponentformat="power")
+charts.ref_line(fig, y=eng.DIVERGE, text="divergence threshold", line_dash="dot")
 charts.show(fig, key="maxv")
 st.caption("Lines that stop have overflowed to infinity / NaN.")
 rows = {"step": res.steps}

@@ -389,6 +389,31 @@ def test_lines_dashes_a_series_that_would_hide_an_earlier_one():
     assert [tr.line.dash for tr in labels.data] == [None, "dash"]
 
 
+def test_ref_line_labels_sit_on_the_line_on_log_axes():
+    """plotly reads an annotation's position on a log axis in decades but a shape's in data units; ref_line gives
+    the label the line's position in both cases and leaves linear axes alone."""
+    import math
+
+    import plotly.graph_objects as go
+
+    from components import charts
+
+    fig = go.Figure(go.Scatter(x=[1, 100], y=[0.1, 50])).update_xaxes(type="log").update_yaxes(type="log")
+    charts.ref_line(fig, x=60, text="vertical")
+    charts.ref_line(fig, y=12.0, text="horizontal", line_dash="dot")
+    vline, hline = fig.layout.shapes
+    assert vline.x0 == 60 and hline.y0 == 12.0
+    labels = {a.text: a for a in fig.layout.annotations}
+    assert math.isclose(labels["vertical"].x, math.log10(60)) and math.isclose(labels["horizontal"].y, math.log10(12))
+    lin = go.Figure(go.Scatter(x=[0, 5], y=[0, 1]))
+    charts.ref_line(lin, x=3, text="t")
+    assert lin.layout.annotations[0].x == 3
+    charts.ref_line(lin, y=0.5)                                 # no label: just the line
+    assert len(lin.layout.annotations) == 1 and len(lin.layout.shapes) == 2
+    with pytest.raises(ValueError):
+        charts.ref_line(lin, x=1, y=1)
+
+
 def test_page_script_survives_streamlits_html_sanitiser():
     """app.py inserts components/page_script.js with st.html; a "<" right before a letter, "/", "!" or "?" anywhere
     in it (code or comment) makes Streamlit's sanitiser drop the whole script silently, which happened once with a

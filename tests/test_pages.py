@@ -82,7 +82,8 @@ def _chart_data(values):
 
 def _chart_defects(at: AppTest) -> list[str]:
     """What a reader of the page's plotly charts would miss: a line drawn exactly over another one of a different
-    name (its legend entry has no visible line), or values <= 0 on a log axis (plotly drops them silently)."""
+    name (its legend entry has no visible line), values <= 0 on a log axis (plotly drops them silently), or a label
+    on a log axis given in data units (plotly puts it at 10**value and stretches the axis to show it)."""
     import numpy as np
 
     from components.charts import _coincide, _y_scale
@@ -97,6 +98,19 @@ def _chart_defects(at: AppTest) -> list[str]:
                 v = _chart_data(d.get(ax)) if axis.get("type") == "log" else None
                 if v is not None and (v[np.isfinite(v)] <= 0).any():
                     found.append(f"chart {k}: {d.get('name')!r} has values <= 0 on a log {ax} axis")
+        for ann in layout.get("annotations", []):
+            for ax in ("x", "y"):
+                ref = ann.get(f"{ax}ref") or ""
+                if not ref.startswith(ax) or "domain" in ref or not isinstance(ann.get(ax), (int, float)):
+                    continue
+                if layout.get(ref.replace(ax, f"{ax}axis", 1), {}).get("type") != "log":
+                    continue
+                # plotly reads an annotation's position on a log axis in decades (charts.ref_line converts)
+                on_axis = [_chart_data(d.get(ax)) for d in data if (d.get(f"{ax}axis") or ax) == ref]
+                v = np.concatenate([a for a in on_axis if a is not None] or [np.ones(1)])
+                v = np.log10(v[np.isfinite(v) & (v > 0)])
+                if v.size and not v.min() - 1 <= ann[ax] <= v.max() + 1:
+                    found.append(f"chart {k}: label {ann.get('text')!r} sits at 10^{ann[ax]:g} on a log {ax} axis")
         solid = [d for d in data if d.get("type", "scatter") == "scatter" and "lines" in d.get("mode", "lines")
                  and not d.get("fill") and d.get("line", {}).get("dash", "solid") == "solid"
                  and d.get("opacity", 1) == 1 and d.get("showlegend", True) is not False and d.get("name")]
