@@ -355,8 +355,9 @@ def run(config: Config, progress=None) -> Result:
     allz = np.concatenate([z_wm, z_plain, z_cal, z_tw, z_tws])
     report(progress, 0.55, "sampling rows (DDIM)")
     x_gen = ddim(net, torch.as_tensor(allz, dtype=torch.float32), config.steps).numpy().astype(np.float64)
-    rows = decode(x_gen)
-    clipped = np.any(rows != decode(x_gen, bound=False), axis=1)
+    raw = decode(x_gen, bound=False)
+    rows = np.clip(raw, *encoder_stats()[4:])                   # what decode(x_gen) returns, computed once
+    clipped = np.any(rows != raw, axis=1)
     cuts = np.cumsum([n_pool, n_pool, N_CALIB, N_CLAIM2])
     r_wm, r_plain, r_cal, r_tw, r_tws = np.split(rows, cuts)
 
