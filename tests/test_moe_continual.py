@@ -20,14 +20,24 @@ def _claim(result, label_start):
 
 
 def test_claims_at_default(default_result):
-    # Reproduced at the default (10 seeds, 1000 rounds): MoE beats one expert, more experts are slower/no better.
-    for label in ("median G_T(MoE)", "median F_T(MoE)", "T_conv(M=10)", "G_T(M=10)", "routing purity"):
+    # Reproduced at the default (10 seeds, 3000 rounds): MoE beats one expert, terminating the gate lowers the final
+    # error and keeps the routing pure, more experts end no better.
+    for label in ("median G_T(MoE)", "median F_T(MoE)", "median G_T terminated", "routing purity", "G_T(M=10)"):
         c = _claim(default_result, label)
         assert c.passed, c.describe()
-    # The routing side of the termination claim holds (purity above); its error side is NOT reproduced by our implementation at the default; it is measured, finite, and
-    # shown as failing on the page (see the page caveat). Guard that it stays an honest measurement.
-    c = _claim(default_result, "median G_T terminated")
-    assert np.isfinite(c.measured) and c.threshold == 0.6
+    # "More experts need more rounds" depends on the seed (README seed table); at first seed 0 and 3000 rounds it is
+    # NOT reproduced (T_conv ratio ~1.14 < 1.3) and the page shows it failing. Guard that it stays an honest measurement.
+    c = _claim(default_result, "T_conv(M=10)")
+    assert np.isfinite(c.measured) and c.measured > 0 and c.threshold == 1.3
+
+
+def test_terminated_runs_freeze_within_the_default_horizon(default_result):
+    # the default horizon is long enough for the termination rule to act in most terminated runs (the reason for
+    # 3000 rounds, see the engine docstring); at 1000 rounds only about half of them had frozen
+    names = [v.name for v in default_result.variants]
+    i = names.index(f"MoE M={default_result.config.experts}, terminated")
+    froze = default_result.t_freeze[i] > 0
+    assert froze.mean() >= 0.7, default_result.t_freeze[i]
 
 
 def test_result_small_and_picklable(default_result):
