@@ -105,7 +105,9 @@ for col, key, title, ylabel in ((left, "gap", "Largest gating gap max |h_m − h
     with col:
         charts.show(fig, key=f"router-{key}")
 st.caption("Once frozen, the router's drift is exactly zero. Without termination, the persistent load-balancing "
-           "loss keeps moving it.")
+           "loss keeps moving it. It is not the only force: the locality loss always pushes the chosen expert's "
+           "gate down a little, so with load-balance weight α = 0 the router still drifts and terminating it still "
+           "lowers the final error (set α to 0 to see it). With the decaying load-balancing loss the two end close.")
 download.download_csv(pd.DataFrame({"round": rounds, **{f"{k}|{names[v]}|median": res.quartiles[k][v, 1]
                                                         for k in ("gap", "churn") for v in (0, 1)}}),
                       "moe_router_dynamics.csv")
