@@ -121,7 +121,9 @@ with left:
 with right:
     charts.show(charts.bars(labels, [b[2] for b in res.bars], title="Rounds to converge T_conv",
                             ylabel="median T_conv", text_fmt=".0f"), key="bars-t")
-st.caption("M > 1 with termination. T_conv is the first round after which G stays within max(1.2·G_T, G_T + 0.01).")
+st.caption("M > 1 with termination. T_conv is the first round after which G stays within max(1.2·G_T, G_T + 0.01). "
+           "G keeps falling slowly long after the routers freeze, so T_conv grows with the number of rounds: compare "
+           "the M values within one run, not T_conv across different Rounds settings.")
 download.download_csv(pd.DataFrame(res.bars, columns=["experts", "median_G_T", "median_T_conv"]),
                       "moe_more_experts.csv")
 
