@@ -39,7 +39,8 @@ st.html("""<style>
   .js-plotly-plot .modebar-container { top: -28px !important; }
 }
 </style>""")
-st.sidebar.caption("ICLR 2025 Explorer · every number on a page is computed live.")
+st.sidebar.caption("ICLR 2025 Explorer · every claim badge is measured when the page runs (a few read curves or "
+                   "weights our own training scripts ship); numbers quoted from offline runs are marked as such.")
 # A small script levels side-by-side chart titles and gives charts their titles back in the PNG export and the
 # full-screen view (components/page_script.js).
 st.sidebar.html(f"<script>{(Path(__file__).parent / 'components' / 'page_script.js').read_text()}</script>",

@@ -45,7 +45,7 @@ st.info(
     f"Where the loss rule loses is in *deciding* without calibration: Yeom et al.'s rule (member if loss < mean "
     f"training loss, a threshold the attacker would not even know) is right for {m['acc_loss']:.2f} of documents, "
     f"DocMIA's label-free 2-means for {m['acc_white']:.2f} (white-box) and {m['acc_black']:.2f} (black-box). "
-    f"But 2-means on the loss alone, equally label-free, reaches {m['acc_loss_cluster']:.2f}. We tried making "
+    f"But 2-means on the loss alone, equally label-free, reaches {m['acc_loss_cluster']:.2f}. Offline, we tried making "
     "reading easier (OCR accuracy 0.8, 0.95) and training longer (40 epochs): the loss stayed ahead in AUC.",
     icon=":material/info:")
 

@@ -153,8 +153,11 @@ if m["topk_recovery"] < eng.HEAD_BAR:
             f"{busiest + 1}'s heads share the work (single-head recoveries "
             + ", ".join(f"{v:.2f}" for v in res.head_patch[busiest])
             + "), so no small subset carries it; raise 'Heads patched together' to see how many it takes. With the "
-              "shipped model this happens on shuffled-symbol prompts (top 3: 0.56, top 4: 0.70, top 6: 0.92 at "
-              "seed 0), not on prompts in order (top 3: 0.92).", icon=":material/info:")
+              "shipped model this happens on shuffled-symbol prompts ("
+            + ", ".join(f"top {k}: {v:.2f}" for k, v in eng.QUOTED_TOPK[eng.VARIANTS[1]].items())
+            + " at seed 0), not on prompts in order ("
+            + ", ".join(f"top {k}: {v:.2f}" for k, v in eng.QUOTED_TOPK[eng.VARIANTS[0]].items())
+            + ").", icon=":material/info:")
 la, h = res.top_heads[0]
 charts.show(charts.bars(list(eng.POS_NAMES), res.attn_top,
                         title=f"Where the top head L{la + 1}H{h + 1} looks from the last position (example A)",

@@ -26,9 +26,9 @@ layout.paper_header(
     ),
     caveat=(
         "Only the paper's linear synthetic study is reproduced; the deep-network experiments are not. The spec's "
-        "termination rule freezes the router late: in about half of the runs after round 540, in one run in ten "
-        "not within 3 000 rounds. The default therefore runs 3 000 rounds. With 1 000, half of the 'terminated' "
-        "runs are still unfrozen at the end, and at first seed 0 the two error curves end level (try it with the Rounds slider). "
+        "termination rule freezes the router late (this run's freeze rounds are listed under the four numbers "
+        "below), so the default runs 3 000 rounds. With 1 000, many of the 'terminated' runs are still unfrozen "
+        "at the end, and at first seed 0 the two error curves end level (try it with the Rounds slider). "
         "\"More experts need more rounds\" depends on the seeds and fails at the default: change 'First seed' to "
         "see how much."
     ),
@@ -51,6 +51,14 @@ c1.metric("G_T, MoE terminated", f"{m['G_moe']:.3f}")
 c2.metric("G_T, MoE never terminated", f"{m['G_noterm']:.3f}")
 c3.metric("G_T, single expert", f"{m['G_single']:.3f}")
 c4.metric("Seeds where the rule froze the router", f"{m['frozen_share']:.0%}")
+tf = res.t_freeze[0]
+if np.any(tf > 0):
+    st.caption(f"Terminated MoE: the rule froze the router at round {int(np.median(tf[tf > 0]))} in the median "
+               f"frozen run (earliest {int(tf[tf > 0].min())}, latest {int(tf.max())}); "
+               f"{int(np.sum(tf <= 0))} of {tf.size} runs {'was' if np.sum(tf <= 0) == 1 else 'were'} not frozen "
+               f"within {cfg.rounds} rounds.")
+else:
+    st.caption(f"Terminated MoE: the rule froze the router in none of the {tf.size} runs within {cfg.rounds} rounds.")
 
 names = [v.name for v in res.variants]
 rounds = res.rec_rounds

@@ -59,6 +59,14 @@ def test_shuffled_variant_runs_and_model_reads_shuffled_symbols():
     r = eng.run(eng.Config(variant=eng.VARIANTS[1], n_pairs=64))
     assert r.metrics["acc_shuffled"] >= eng.ACC_BAR
     assert r.resid_patch.shape == (r.n_layers + 1, eng.SEQ_LEN)
+    # the page's head-patching note quotes the top-k curve at seed 0 for both variants: keep the quote true
+    for k, v in eng.QUOTED_TOPK[eng.VARIANTS[1]].items():
+        assert abs(r.topk_curve[k - 1] - v) < 0.006, (k, r.topk_curve[k - 1])
+
+
+def test_quoted_top_k_recovery_in_order_is_the_default_run(res):
+    for k, v in eng.QUOTED_TOPK[eng.VARIANTS[0]].items():
+        assert abs(res.topk_curve[k - 1] - v) < 0.006, (k, res.topk_curve[k - 1])
 
 
 def test_checkpoint_is_small_and_loads():

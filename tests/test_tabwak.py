@@ -28,6 +28,17 @@ def test_claims_pass_at_default(default_result):
     assert not failed, failed
 
 
+def test_shipped_key_survey_is_what_the_engine_measures(default_result):
+    """The page quotes the key survey; re-measure two of its entries (the default key and key 0) and check its
+    summary is complete."""
+    sv = eng.load_key_survey()
+    assert sv is not None and sv["bar"] == eng.AUC_BAR and sv["default_key"] == eng.Config().key
+    assert set(sv["auc"]) == {str(k) for k in eng.SURVEY_KEYS}
+    assert sv["auc"][str(eng.Config().key)] == pytest.approx(default_result.metrics["clf_auc"], abs=1e-9)
+    assert sv["auc"]["0"] == pytest.approx(eng.run(eng.Config(key=0)).metrics["clf_auc"], abs=1e-9)
+    assert 0.4 < sv["no_watermark"] < 0.6
+
+
 def test_wrong_key_finds_nothing():
     r = eng.run(eng.Config(wrong_key=True, pool=500, n_rows=100))
     assert r.metrics["tpr"] <= 0.05
