@@ -123,6 +123,11 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
         st.session_state[widget_key(slug, name)] = staged[name]
 
     container.subheader(title)
+    at_defaults = all(staged[name] == base[name] for name in specs) and not any(
+        k in qp for k in VIEW_PARAMS.get(slug, ()))
+    container.button("Reset to defaults", key=f"{slug}::reset", icon=":material/restart_alt:",
+                     disabled=at_defaults, on_click=_reset, args=(slug, specs, base),
+                     help="Every setting of this page back to its default (the link changes with it)")
     if conflict:
         container.warning(conflict, icon=":material/tune:")
     groups: dict[str, Any] = {}
@@ -153,6 +158,19 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
         st.warning("Some link parameters could not be used:\n\n" + "\n".join(f"- {n}" for n in notices),
                    icon=":material/link_off:")
     return cfg
+
+
+def _reset(slug: str, specs: dict, base: dict) -> None:
+    """Button callback (runs before the rerun draws any widget): every setting and view back to its default."""
+    for name in specs:
+        st.session_state[widget_key(slug, name)] = base[name]
+    initial = st.session_state.get(f"{slug}::initial_qp", {})
+    for name in VIEW_PARAMS.get(slug, ()):
+        st.session_state.pop(widget_key(slug, name), None)   # bind_view redraws it at its default
+        initial.pop(name, None)
+        if name in st.query_params:
+            del st.query_params[name]
+    st.session_state.pop(f"{slug}::last_valid", None)
 
 
 def bind_view(slug: str, name: str, spec, container=None, default=None) -> Any:

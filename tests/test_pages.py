@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.core.params import Text, random_config, to_query, widget_specs
+from engine.core.params import Float, Int, Text, defaults, random_config, to_query, widget_specs
 from engine.registry import PAPERS, ROOT, built_papers
 
 TIMEOUT = float(os.environ.get("EXPLORER_PAGE_TIMEOUT", "180"))
@@ -301,6 +301,35 @@ def test_view_only_widget_is_bound_to_the_url():
     _widget(at, "densematcher:view").set_value("initial")
     at.run()
     assert at.query_params["view"] in ("initial", ["initial"])
+
+
+def test_reset_button_restores_every_default_and_the_link():
+    """'Reset to defaults' (disabled at the defaults) brings back every setting and view-only widget of a page
+    opened from a link, and the URL with them."""
+    paper = next((p for p in BUILT if p.slug == "densematcher"), None)
+    if paper is None:
+        pytest.skip("densematcher page not built")
+    cls = _config_cls(paper)
+    base = defaults(cls)
+    fresh = _open(paper)
+    assert fresh.button(key="densematcher::reset").disabled
+    name = next(n for n, spec in widget_specs(cls).items() if isinstance(spec, Int | Float) and n != "seed")
+    spec = widget_specs(cls)[name]
+    other = spec.hi if base[name] != spec.hi else spec.lo
+    at = _open(paper, {name: spec.to_str(other), "view": "xyz"})
+    _no_exception(at)
+    assert _widget(at, f"densematcher:{name}").value == other
+    reset = at.button(key="densematcher::reset")
+    assert not reset.disabled
+    reset.click()
+    at.run()
+    _no_exception(at)
+    for n, sp in widget_specs(cls).items():
+        assert _widget(at, f"densematcher:{n}").value == base[n], n
+    assert _widget(at, "densematcher:view").value != "xyz"
+    qp = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert qp.get(name) == spec.to_str(base[name]) and qp.get("view") != "xyz"
+    assert at.button(key="densematcher::reset").disabled
 
 
 def test_every_paper_has_a_short_name():
