@@ -324,7 +324,7 @@ def test_reset_button_restores_every_default_and_the_link():
     reset.click()
     at.run()
     _no_exception(at)
-    for n, sp in widget_specs(cls).items():
+    for n in widget_specs(cls):
         assert _widget(at, f"densematcher:{n}").value == base[n], n
     assert _widget(at, "densematcher:view").value != "xyz"
     qp = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
