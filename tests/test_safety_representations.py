@@ -339,3 +339,29 @@ def test_s2c_history_keeps_every_label():
 def test_bad_settings():
     with pytest.raises(InputError):
         eng.run(eng.Config(horizon=2, bin_size=2))
+
+
+def test_quoted_oracle_run_is_what_the_engine_measures():
+    """The page quotes the oracle run (default settings, oracle on, 5 seeds) as evidence that a safety input can
+    help on the default map: re-measure it."""
+    m = eng.run(eng.ORACLE_RUN).metrics
+    q = eng.QUOTED_ORACLE
+    for v in ("oracle", "baseline"):
+        assert round(m[f"cost_{v}"]) == q[f"cost_{v}"], (v, m[f"cost_{v}"])
+        assert abs(m[f"success_{v}"] - q[f"success_{v}"]) < 0.006, (v, m[f"success_{v}"])
+    assert m["cost_oracle"] < 0.8 * m["cost_baseline"] and m["success_oracle"] > m["success_baseline"]
+
+
+def test_shipped_lab_runs_are_what_the_engine_measures():
+    """The page's lab-run table reads assets/safety-representations/lab_runs.json: every row of the engine's list is
+    there with every seed, and re-training seed 0 of each row gives exactly the stored values."""
+    lab = eng.load_lab_runs()
+    assert lab is not None and lab["seeds"] == eng.LAB_SEEDS
+    assert [(r["label"], r["variant"], r["settings"]) for r in lab["rows"]] == list(eng.LAB_ROWS)
+    for r in lab["rows"]:
+        assert len(r["cost"]) == len(r["success"]) == eng.LAB_SEEDS
+        assert eng.lab_row(r["variant"], r["settings"], 0) == (r["cost"][0], r["success"][0]), r["label"]
+    # seed 0 of the default-setting rows is also the first seed of a default page run
+    res = eng.run(eng.Config(n_seeds=1))
+    base = next(r for r in lab["rows"] if r["variant"] == "baseline")
+    assert res.final_cost["baseline"][0] == base["cost"][0]
