@@ -37,7 +37,7 @@ layout.paper_header(
         "Transformer's FLOPs per call) is one small design trained with one seed, sharing the Transformer's critic "
         "and inverse dynamics; the paper compares tuned networks over many tasks. Its advantage does not clearly "
         "reproduce here: at the default 16 episodes the Transformer leads by one episode, and with 64 episodes "
-        "(seeds 0, 1, 2, checked when the page was built) the U-Net is as good or slightly better. At equal "
+        "(seeds 0, 1, 2; a test re-measures them) the U-Net is as good or slightly better. At equal "
         "compute, selection among few candidates also falls behind guidance (see below). Not built: classifier "
         "guidance, joint state-action plans and non-jumpy plans (the paper's other design axes)."
     ),

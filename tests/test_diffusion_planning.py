@@ -346,6 +346,10 @@ def test_denoiser_comparison_claim_and_pairing(default_result):
     # Documented, deliberately not asserted: this badge passes here (+0.03: MCSS 1.00 vs 0.94, unconditional 0.31 vs
     # 0.31, i.e. one episode of 16) but that is noise. With 64 episodes the gap is -0.01, -0.03, -0.10 for seeds
     # 0, 1, 2: the paper's "Transformer beats U-Net" does not reproduce at this scale, and the page says so.
+    # ...but the page's caveat states the default-run part of that ("the Transformer leads by one episode"): keep it
+    n = eng.Config().episodes
+    assert round(n * (m["success_transformer_mcss"] - m["success_unet_mcss"])) == 1
+    assert m["success_transformer_uncond"] == m["success_unet_uncond"]
     # the main variants are the same lanes as in the default run (the U-Net arms only add lanes)
     for k in ("success_mcss", "success_uncond", "success_best_cfg", "equal_nfe_gap"):
         assert m[k] == m0[k], k
@@ -354,6 +358,14 @@ def test_denoiser_comparison_claim_and_pairing(default_result):
     # the recorded evaluation of the U-Net checkpoint is the same simulation (same seed and episodes)
     assert m["success_unet_mcss"] == r.unet_info["eval_success[MCSS N=12]"]
     assert m["success_unet_uncond"] == r.unet_info["eval_success[unconditional]"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_with_64_episodes_the_unet_is_as_good_or_better(seed):
+    """The page's caveat: with 64 episodes (seeds 0, 1, 2) the U-Net is as good as the Transformer or slightly better
+    (measured gaps -0.01, -0.03, -0.10), so the paper's backbone ranking is not claimed at this scale."""
+    m = eng.run(eng.Config(compare_denoisers=True, episodes=64, seed=seed)).metrics
+    assert -0.15 <= m["backbone_gap"] <= 0.0
 
 
 def test_page_draws_the_trajectories_chosen_in_the_url():
