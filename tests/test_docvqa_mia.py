@@ -176,3 +176,10 @@ def test_sweeps_fall_toward_chance():
         assert c.passed, c.describe()
     w = sr.auc_size["white-box DocMIA"]
     assert np.all(np.diff(w) <= 0.03), w
+
+
+@pytest.mark.parametrize("kw", [{"p_read": 0.8}, {"p_read": 0.95}, {"epochs": 40}])
+def test_loss_stays_ahead_with_easier_reading_or_longer_training(kw):
+    """The page says so under the failing 'beats the loss baseline' badge."""
+    m = eng.run(eng.Config(**kw)).metrics
+    assert m["auc_loss"] > m["auc_white"] and m["auc_loss"] > m["auc_black"]
