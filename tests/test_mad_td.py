@@ -345,3 +345,12 @@ def test_slope_and_action_gap_diagnostics():
         assert np.isclose(out["slope_true"][seed, vi, -1], np.sqrt(np.mean(true**2)), rtol=1e-6)
         assert np.isclose(out["slope_err"][seed, vi, -1], np.sqrt(np.mean((fd[v] - true) ** 2)), rtol=0.05, atol=1e-3)
     assert np.allclose(out["slope_true"][:, 0], 0, atol=1e-9)   # the fixed pi* = -K* s is optimal: zero true slope
+
+
+def test_caveat_on_the_noisy_model_badge_across_seeds():
+    """The page's caveat: in the sweep the noisy-model badge passes narrowly at seed 0 and fails at seeds 1 and 2."""
+    got = []
+    for seed in (0, 1, 2):
+        (c,) = [c for c in eng.claims(eng.run(eng.Config(sweep=True, seed=seed))) if c.label.startswith("RMSE noisy")]
+        got.append((c.passed, round(c.measured, 2)))
+    assert got[0][0] and got[0][1] < 1.45 and not got[1][0] and not got[2][0], got
