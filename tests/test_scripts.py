@@ -1,5 +1,7 @@
 """The hand-run scripts still work: the widget-extremes sweep finds a flip that must be there."""
 
+import pytest
+
 from tests import extremes
 
 
@@ -59,7 +61,14 @@ def test_shipped_seed_flips_name_existing_badges():
         if not page["flips"]:
             continue
         eng = importlib.import_module(papers[slug].module)
-        labels = {c.label for c in eng.claims(eng.run(eng.Config()))}
+        claims = {c.label: c for c in eng.claims(eng.run(eng.Config()))}
+        seed0 = eng.Config().seed
         for label, rows in page["flips"].items():
-            assert label in labels, (slug, label)
+            assert label in claims, (slug, label)
             assert len({ok for _, ok, _ in rows}) == 2, (slug, label)
+            # the stored row of the default seed is this very run: same verdict, same value (the data are current)
+            for seed, ok, value in rows:
+                if seed == seed0:
+                    c = claims[label]
+                    assert ok == c.passed and value == pytest.approx(c.measured, rel=1e-4, abs=1e-6), \
+                        (slug, label, value, c.measured)
