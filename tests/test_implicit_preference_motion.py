@@ -139,3 +139,11 @@ def test_dpo_curve_minimum_is_reported(default_result):
     assert m["curve_best_omf"] == pytest.approx(cv.min())
     assert m["curve_best_step"] == r.curve_steps[int(np.argmin(cv))]
     assert m["curve_first_omf"] == pytest.approx(cv[0]) and m["curve_last_omf"] == pytest.approx(cv[-1])
+
+
+@pytest.mark.parametrize("seed", [1, 3, 4])
+def test_caveat_every_claim_reproduces_at_the_seeds_it_names(seed):
+    """The page's caveat: at the default settings seeds 0, 1, 3 and 4 reproduce every claim (seed 0 is the test
+    above; seed 2's failures are in assets/seed_flips.json, checked by tests/test_scripts.py)."""
+    failed = [c.describe() for c in eng.claims(eng.run(eng.Config(seed=seed))) if not c.passed]
+    assert not failed, failed
