@@ -92,7 +92,8 @@ if failed:
                 "violations (mean)": [round(float(np.mean(r["cost"]))) for r in lab["rows"]],
                 "greedy success (mean)": [round(float(np.mean(r["success"])), 2) for r in lab["rows"]],
                 f"seeds solved (success ≥ 0.5, of {n})": [sum(x >= 0.5 for x in r["success"]) for r in lab["rows"]],
-            }), hide_index=True)
+            }), hide_index=True,
+                column_config={"greedy success (mean)": st.column_config.NumberColumn(format="%.2f")})
             st.caption(f"Default settings otherwise; training seeds 0–{n - 1} (a default run uses the first three). "
                        f"Measured {lab.get('measured', '?')} by `python -m engine.safety_representations lab`; a "
                        "test re-trains seed 0 of every row and compares.")
