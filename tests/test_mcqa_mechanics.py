@@ -250,3 +250,20 @@ def test_next_token_loss_option_adds_the_uniform_cross_entropy_at_init():
     _, base = eng.train(arch, 1, 0, batch=32)
     _, lm = eng.train(arch, 1, 0, batch=32, lm_weight=1.0)
     assert lm[0] - base[0] == pytest.approx(np.log(len(eng.VOCAB)), abs=0.05)
+
+
+def test_training_seed_survey_matches_the_shipped_model(res):
+    """The page's robustness note reads assets/mcqa-mechanics/training_seeds.json (written by `python -m
+    engine.mcqa_mechanics seeds`). Its seed-0 row retrains the shipped recipe at the shipped seed, so it must be what
+    the shipped checkpoint gives at the default settings: the same lens accuracies and the same badge verdicts."""
+    sv = eng.load_training_seeds()
+    assert sv is not None
+    assert [r["train_seed"] for r in sv["runs"]] == list(eng.TRAINING_SEEDS)
+    (row,) = [r for r in sv["runs"] if r["train_seed"] == eng.TRAIN_SEED]
+    live = eng.seed_summary(res)
+    assert row["lens_acc"] == pytest.approx(live["lens_acc"], abs=1e-4)
+    assert row["badges"] == live["badges"] and row["lens_middle"] == live["lens_middle"]
+    assert row["lens_first_layer"] == live["lens_first_layer"]
+    assert row["topk_recovery"] == pytest.approx(live["topk_recovery"], abs=1e-4)
+    for r in sv["runs"]:
+        assert len(r["lens_acc"]) == res.n_layers + 1 and r["accuracy_in_order"] >= 0.99
