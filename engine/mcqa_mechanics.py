@@ -815,15 +815,9 @@ def seed_summary(r: Result) -> dict:
 
 
 def load_training_seeds() -> dict | None:
-    import json
+    from engine.core.surveys import load_survey
 
-    from engine.core.nn import asset_path
-
-    try:
-        data = json.loads(asset_path(SEEDS_FILE).read_text())
-        return data if isinstance(data, dict) and data.get("runs") else None
-    except (OSError, ValueError):
-        return None
+    return load_survey(SEEDS_FILE, "runs")
 
 
 def main(argv: list[str]) -> None:
@@ -832,14 +826,10 @@ def main(argv: list[str]) -> None:
     ``depth LAYERS STEPS [LM_WEIGHT [TRAIN_SEED]]``: the depth / objective / training-seed experiments (see
     ``depth_experiment``)."""
     if argv == ["seeds"]:
-        import json
-
-        from engine.core.nn import asset_path
+        from engine.core.surveys import write_survey
 
         runs = [depth_experiment(SHIPPED_ARCH.n_layers, SHIPPED_STEPS, SHIPPED_LM_WEIGHT, s) for s in TRAINING_SEEDS]
-        path = asset_path(SEEDS_FILE)
-        path.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d"), "runs": runs}) + "\n")
-        print(f"wrote {path}")
+        print(f"wrote {write_survey(SEEDS_FILE, {'runs': runs})}")
         return
     if len(argv) in (3, 4, 5) and argv[0] == "depth":
         depth_experiment(int(argv[1]), int(argv[2]), float(argv[3]) if len(argv) >= 4 else 0.0,

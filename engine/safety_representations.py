@@ -134,7 +134,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -712,7 +711,7 @@ def claims(result: Result) -> list[Claim]:
 # seeds a default run uses first) and writes the per-seed results to LAB_FILE; the page's "lab runs" table reads
 # that file, and tests/test_safety_representations.py re-trains seed 0 of every row against it.
 LAB_SEEDS = 20
-LAB_FILE = Path(__file__).resolve().parents[1] / "assets" / "safety-representations" / "lab_runs.json"
+LAB_FILE = "safety-representations/lab_runs.json"
 LAB_ROWS = (
     ("plain agent", "baseline", {}),
     ("SRPL, S2C on all past labels (default)", "srpl", {}),
@@ -741,28 +740,21 @@ def lab_runs(seeds: int = LAB_SEEDS, progress=None) -> dict:
 
 def load_lab_runs() -> dict | None:
     """The shipped lab runs, or None when the file is missing or unreadable."""
-    import json
+    from engine.core.surveys import load_survey
 
-    try:
-        data = json.loads(LAB_FILE.read_text())
-        return data if isinstance(data, dict) and data.get("rows") else None
-    except (OSError, ValueError):
-        return None
+    return load_survey(LAB_FILE, "rows")
 
 
 if __name__ == "__main__":  # pragma: no cover
-    import json
     import sys
     import time
+
+    from engine.core.surveys import write_survey
 
     if sys.argv[1:2] == ["lab"]:
         t0 = time.time()
         data = lab_runs(progress=lambda f, msg: print(f"{f:4.0%} {msg}", flush=True))
-        data["measured"] = time.strftime("%Y-%m-%d")
-        path = LAB_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data) + "\n")
         for r in data["rows"]:
             print(f"{r['label']:55s} {np.mean(r['cost']):6.1f} {np.mean(r['success']):.2f} "
                   f"{sum(s >= 0.5 for s in r['success'])}")
-        print(f"wrote {path} in {time.time() - t0:.0f}s")
+        print(f"wrote {write_survey(LAB_FILE, data)} in {time.time() - t0:.0f}s")

@@ -479,31 +479,20 @@ def key_survey(keys=SURVEY_KEYS, seed: int = 0) -> dict:
 
 def load_key_survey() -> dict | None:
     """The shipped key survey, or None when it is missing or unreadable."""
-    import json
+    from engine.core.surveys import load_survey
 
-    from engine.core.nn import asset_path
-
-    try:
-        data = json.loads(asset_path(KEY_SURVEY).read_text())
-        return data if isinstance(data, dict) and data.get("auc") else None
-    except (OSError, ValueError):
-        return None
+    return load_survey(KEY_SURVEY, "auc")
 
 
 def _main(argv: list[str]) -> None:  # pragma: no cover
     import time
 
     if argv and argv[0] == "keys":
-        import json
-
-        from engine.core.nn import asset_path
+        from engine.core.surveys import write_survey
 
         t0 = time.time()
         data = key_survey()
-        data["measured"] = time.strftime("%Y-%m-%d")
-        path = asset_path(KEY_SURVEY)
-        path.write_text(json.dumps(data, indent=1) + "\n")
-        print(json.dumps(data, indent=1), f"\nwrote {path} in {time.time() - t0:.0f}s")
+        print(data, f"\nwrote {write_survey(KEY_SURVEY, data)} in {time.time() - t0:.0f}s")
         return
 
     if argv and argv[0] == "train":

@@ -425,3 +425,16 @@ def test_page_script_survives_streamlits_html_sanitiser():
     bad = [(text.count("\n", 0, m.start()) + 1, m.group(0)) for m in re.finditer(r"<[A-Za-z/!?]", text)]
     assert not bad, f"line and text of each '<' the sanitiser would take for a tag: {bad}"
     assert "window.__explorerAlignTitles" in text
+
+
+def test_survey_files_round_trip_and_reject_bad_content(tmp_path, monkeypatch):
+    from engine.core import surveys
+
+    monkeypatch.setattr(surveys, "ASSETS", tmp_path)
+    assert surveys.load_survey("x/none.json", "rows") is None                 # missing
+    path = surveys.write_survey("x/s.json", {"rows": [1, 2]})
+    data = surveys.load_survey("x/s.json", "rows")
+    assert path == tmp_path / "x" / "s.json" and data["rows"] == [1, 2] and len(data["measured"]) == 10
+    assert surveys.load_survey("x/s.json", "other") is None                   # lacks the required entry
+    path.write_text("{not json")
+    assert surveys.load_survey("x/s.json", "rows") is None                    # unreadable
