@@ -43,7 +43,8 @@ together (single-head recoveries 0.19, 0.22, 0.25, 0.16): the top 3 recover 0.56
 top 4 0.70 / 0.79, the top 6 0.92 / 0.94, so the head badge fails on that variant.
 
 This depends on the training run. The same recipe at other training seeds (``python -m engine.mcqa_mechanics depth
-4 4000 1 SEED``; ``python -m engine.mcqa_mechanics seeds`` runs all five and writes the page's survey file; page seed 0; lens after blocks 1-3, then badges first-layer / rise / middle / top-3 heads):
+4 4000 1 SEED``; ``python -m engine.mcqa_mechanics seeds`` runs all five and writes the page's survey file; page
+seed 0; lens after blocks 1-3, then badges first-layer / rise / middle / top-3 heads):
   seed 0 (shipped)  0.24, 0.88, 1.00   2 / +0.64 / yes / 0.92    all pass
   seed 10           0.29, 0.36, 0.79   4 / +0.21 / no  / 0.81    rise and middle fail
   seed 20           0.46, 0.49, 0.28   4 / +0.72 / no  / 0.85    middle fails

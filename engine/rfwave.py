@@ -26,9 +26,10 @@ truth, 3.8 dB too quiet on loud cells, and their phase is incoherent (frame-to-f
 the strongest 2 % of cells 1.27 rad; Griffin-Lim 0.57). Every run now measures this (``spectral_diagnosis``, shown
 in the page's diagnosis box; default: 8.4 dB; 6.4 dB too quiet on the loudest 2 % of the true cells; phase-advance
 error 1.10 rad vs Griffin-Lim 0.57, both waveforms re-analysed; true phase 5.7 dB, true magnitude 6.8 dB). The 1.27
-above was read off the generated STFT itself, and the 3.8 dB on another set of loud cells. About 3/4 of the noise lies outside the subspace of
-consistent STFTs and is exactly predictable from z_t by a local linear map; our reading is that the 64-wide
-backbone, fed 80 noisy channels, cannot represent that map (a scalar Gaussian skip cannot either). Width 96
+above was read off the generated STFT itself, and the 3.8 dB on another set of loud cells. About 3/4 of the noise
+lies outside the subspace of consistent STFTs and is exactly predictable from z_t by a local linear map; our
+reading is that the 64-wide backbone, fed 80 noisy channels, cannot represent that map (a scalar Gaussian skip
+cannot either). Width 96
 does fit the default-run budget now (see the capacity test below), but it does not help.
 
 Tried and not shipped (rule fixed beforehand: ship only if validation LSD at N = 10 beats the shipped 9.62 dB):

@@ -65,7 +65,8 @@ violations, lower success.
 
 Diagnosis of the failing claims (field map, default settings, `_train(variant, Config(), s)` for s = 0..19;
 violations / greedy success / seeds solved; ``python -m engine.safety_representations lab`` re-measures these rows,
-plus SRPL with all past labels, 191 / 0.07 / 2, into assets/safety-representations/lab_runs.json for the page): baseline 218 / 0.26 / 6, SRPL 205 / 0.15 / 4, BFS oracle
+plus SRPL with all past labels, 191 / 0.07 / 2, into assets/safety-representations/lab_runs.json for the page):
+baseline 218 / 0.26 / 6, SRPL 205 / 0.15 / 4, BFS oracle
 120 / 0.50 / 10, constant vector 184 / 0.20 / 4, and the diagnostic variant "s2c_exact" -- the exact
 steps-to-cost distribution under the uniformly random policy on every cell from the first step, i.e. a
 perfect state-centric S2C trained on diverse experience -- 146 / 0.22 / 5. Checked and found correct: the
