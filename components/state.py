@@ -20,6 +20,9 @@ from engine.core.params import Bool, Choice, Float, Int, ParamError, Text, defau
 
 # slug -> names of view-only URL parameters (declared by bind_config(views=...) / bind_view)
 VIEW_PARAMS: dict[str, set[str]] = {}
+# slug -> view-only parameter -> its default, as written in the URL (recorded by bind_view)
+VIEW_DEFAULTS: dict[str, dict[str, str]] = {}
+VIEW_SPECS: dict[str, dict[str, Any]] = {}
 
 
 def widget_key(slug: str, name: str) -> str:
@@ -123,8 +126,8 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
         st.session_state[widget_key(slug, name)] = staged[name]
 
     container.subheader(title)
-    at_defaults = all(staged[name] == base[name] for name in specs) and not any(
-        k in qp for k in VIEW_PARAMS.get(slug, ()))
+    at_defaults = all(staged[name] == base[name] for name in specs) and all(
+        _view_str(slug, k) in (None, VIEW_DEFAULTS.get(slug, {}).get(k)) for k in VIEW_PARAMS.get(slug, ()))
     container.button("Reset to defaults", key=f"{slug}::reset", icon=":material/restart_alt:",
                      disabled=at_defaults, on_click=_reset, args=(slug, specs, base),
                      help="Every setting of this page back to its default (the link changes with it)")
@@ -160,6 +163,18 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     return cfg
 
 
+def _view_str(slug: str, name: str) -> str | None:
+    """A view-only widget's current value as the URL writes it: the widget's state when it has one (it may be newer
+    than the URL, which bind_view updates later in the run), else the URL's entry, else None."""
+    key, spec = widget_key(slug, name), VIEW_SPECS.get(slug, {}).get(name)
+    if spec is not None and key in st.session_state:
+        try:
+            return spec.to_str(st.session_state[key])
+        except (TypeError, ValueError):
+            return None
+    return st.query_params.get(name)
+
+
 def _reset(slug: str, specs: dict, base: dict) -> None:
     """Button callback (runs before the rerun draws any widget): every setting and view back to its default."""
     for name in specs:
@@ -184,6 +199,8 @@ def bind_view(slug: str, name: str, spec, container=None, default=None) -> Any:
     key = widget_key(slug, name)
     if default is None:
         default = spec.options[0] if isinstance(spec, Choice) else spec.lo if isinstance(spec, Int | Float) else ""
+    VIEW_DEFAULTS.setdefault(slug, {})[name] = spec.to_str(default)
+    VIEW_SPECS.setdefault(slug, {})[name] = spec
     if key not in st.session_state:
         initial = st.session_state.get(f"{slug}::initial_qp", {})
         raw = initial.get(name, st.query_params.get(name))

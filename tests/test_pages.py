@@ -330,6 +330,12 @@ def test_reset_button_restores_every_default_and_the_link():
     qp = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
     assert qp.get(name) == spec.to_str(base[name]) and qp.get("view") != "xyz"
     assert at.button(key="densematcher::reset").disabled
+    at.run()                      # the view widget has written its default into the URL by now: still at defaults
+    assert at.button(key="densematcher::reset").disabled
+    _widget(at, "densematcher:view").set_value("initial")      # a view other than the default ("refined")
+    at.run()
+    assert at.query_params["view"] in ("initial", ["initial"])
+    assert not at.button(key="densematcher::reset").disabled
 
 
 def test_every_paper_has_a_short_name():
