@@ -204,6 +204,7 @@ def fake_accelerator():
     orig_get = core_device.get_device
     orig_gen = torch.Generator
     orig_param_new = torch.nn.Parameter.__new__
+    orig_param_raw = torch.nn.Parameter.__dict__["__new__"]  # the staticmethod itself, put back as it was
     patched = []
 
     def fake_get_device():
@@ -234,7 +235,7 @@ def fake_accelerator():
         return out
 
     torch.Generator = _TaggedGenerator
-    torch.nn.Parameter.__new__ = param_new
+    torch.nn.Parameter.__new__ = staticmethod(param_new)
     torch.load = load
     try:
         with checker:
@@ -242,7 +243,7 @@ def fake_accelerator():
     finally:
         torch.Generator = orig_gen
         torch.load = orig_load
-        torch.nn.Parameter.__new__ = orig_param_new
+        torch.nn.Parameter.__new__ = orig_param_raw
         for mod in patched:
             mod.get_device = orig_get
 
