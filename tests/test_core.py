@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import os
 import random
 
 import pytest
@@ -253,6 +254,27 @@ def test_sidebar_names_the_device_the_engine_uses(monkeypatch):
     monkeypatch.setenv(dev.FORCE_CPU_ENV, "1")
     assert dev.engine_device_label(gpu_engine).startswith("CPU")
     assert dev.engine_device_label(cpu_engine) == "CPU"
+
+
+def test_a_cuda_host_gets_deterministic_kernels(monkeypatch):
+    """On a GPU host get_device() turns on torch's deterministic algorithms (warn-only, so no page stops) and the
+    cuBLAS workspace setting they need; on the CPU it leaves both alone."""
+    import torch
+
+    from engine.core import device as dev
+
+    calls = []
+    monkeypatch.setattr(torch, "use_deterministic_algorithms", lambda on, warn_only=False: calls.append((on, warn_only)))
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: bool(calls))
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setenv(dev.FORCE_CPU_ENV, "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert dev.get_device().type == "cpu" and calls == []
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    monkeypatch.delenv(dev.FORCE_CPU_ENV)
+    assert dev.get_device().type == "cuda"
+    assert dev.get_device().type == "cuda"
+    assert calls == [(True, True)] and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
 
 
 def test_engines_that_route_tensors_to_the_device_declare_it():

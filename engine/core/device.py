@@ -20,9 +20,19 @@ def get_device():
     import torch
 
     if not _force_cpu() and torch.cuda.is_available():
+        _deterministic_cuda(torch)
         return torch.device("cuda")
     _limit_threads(torch)
     return torch.device("cpu")
+
+
+def _deterministic_cuda(torch) -> None:
+    """A shared link should give the same numbers on the same kind of GPU, so CUDA runs use torch's deterministic
+    kernels where it has them (cuBLAS needs its workspace setting for that, read when cuBLAS starts). warn_only:
+    an op without a deterministic kernel warns and still runs, rather than stopping a page."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if not torch.are_deterministic_algorithms_enabled():
+        torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 _native_limited_for: frozenset = frozenset()
