@@ -11,8 +11,9 @@ to ``get_device()`` would only show on a GPU host, as a traceback. This module f
   op (host 0-dim tensors excepted, as CUDA allows them), ``.numpy()`` / ``np.asarray`` of a dev tensor, a host
   generator drawing dev numbers, a host tensor indexed by dev indices.
 
-``python -m tests.devicecheck [--pages a,b] [--all] [--heavy]`` prints the findings for the default config (or
-HEAVY_CONFIG) of every engine that declares ``USES_DEVICE = True`` (``--all``: every engine);
+``python -m tests.devicecheck [--pages a,b] [--all] [--heavy] [--branches]`` prints the findings for the default
+config (or HEAVY_CONFIG; ``--branches``: also each other option of every choice / checkbox widget) of every
+engine that declares ``USES_DEVICE = True`` (``--all``: every engine);
 ``tests/test_device_paths.py`` asserts there are none.
 
 What it cannot see: work done outside torch's Python API (C++ autograd, which keeps devices consistent by
@@ -289,6 +290,8 @@ def main(argv=None):
     ap.add_argument("--pages", default="", help="comma-separated slugs (default: every USES_DEVICE engine)")
     ap.add_argument("--all", action="store_true", help="every built engine, not only the USES_DEVICE ones")
     ap.add_argument("--heavy", action="store_true", help="run HEAVY_CONFIG (live training) instead of the default")
+    ap.add_argument("--branches", action="store_true",
+                    help="also every other option of each choice / checkbox widget, one widget at a time")
     a = ap.parse_args(argv)
     if a.all:
         from engine.registry import built_papers
@@ -302,12 +305,40 @@ def main(argv=None):
     bad = 0
     for mod in mods:
         m = importlib.import_module(mod)
-        findings = check_engine(mod, m.HEAVY_CONFIG if a.heavy else None)
-        bad += bool(findings)
-        print(f"{mod}: {'ok' if not findings else f'{len(findings)} finding(s)'}", flush=True)
-        for f in findings:
-            print("   ", f, flush=True)
+        configs = [("default" if not a.heavy else "HEAVY_CONFIG", m.HEAVY_CONFIG if a.heavy else m.Config())]
+        if a.branches:
+            configs += _branch_configs(m)
+        for label, cfg in configs:
+            try:
+                findings = check_engine(mod, cfg)
+            except ValueError as e:  # InputError: a combination the engine refuses with a message
+                print(f"{mod} [{label}]: refused ({e})", flush=True)
+                continue
+            bad += bool(findings)
+            print(f"{mod} [{label}]: {'ok' if not findings else f'{len(findings)} finding(s)'}", flush=True)
+            for f in findings:
+                print("   ", f, flush=True)
     return 1 if bad else 0
+
+
+def _branch_configs(m) -> list[tuple[str, object]]:
+    """The default config with one choice / checkbox widget set to each of its other options."""
+    from engine.core.params import Bool, Choice, widget_specs
+
+    d, out = m.Config(), []
+    for name, spec in widget_specs(m.Config).items():
+        if isinstance(spec, Bool):
+            values = [not getattr(d, name)]
+        elif isinstance(spec, Choice):
+            values = [o for o in spec.options if o != getattr(d, name)]
+        else:
+            continue
+        for v in values:
+            try:
+                out.append((f"{name}={v!r}", dataclasses.replace(d, **{name: v})))
+            except ValueError:
+                continue
+    return out
 
 
 if __name__ == "__main__":

@@ -102,3 +102,11 @@ def test_largest_setting_keeps_one_device(module):
     """HEAVY_CONFIG: the live-training paths that the default view (often a shipped checkpoint) skips."""
     m = importlib.import_module(module)
     assert check_engine(module, m.HEAVY_CONFIG) == []
+
+
+def test_command_line_sweeps_the_widget_branches(capsys):
+    from tests.devicecheck import main
+
+    assert main(["--pages", "qnn-ansatz", "--branches"]) == 0
+    out = capsys.readouterr().out
+    assert "engine.qnn_ansatz [default]: ok" in out and "[entangler='cnot']: ok" in out
