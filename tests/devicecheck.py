@@ -324,16 +324,13 @@ def main(argv=None):
 def _branch_configs(m) -> list[tuple[str, object]]:
     """The default config with one choice / checkbox widget set to each of its other options."""
     from engine.core.params import Bool, Choice, widget_specs
+    from tests.extremes import _values
 
     d, out = m.Config(), []
     for name, spec in widget_specs(m.Config).items():
-        if isinstance(spec, Bool):
-            values = [not getattr(d, name)]
-        elif isinstance(spec, Choice):
-            values = [o for o in spec.options if o != getattr(d, name)]
-        else:
+        if not isinstance(spec, Bool | Choice):
             continue
-        for v in values:
+        for v in _values(spec, getattr(d, name)):
             try:
                 out.append((f"{name}={v!r}", dataclasses.replace(d, **{name: v})))
             except ValueError:
