@@ -120,13 +120,22 @@ def run_cached(module_name: str, config, label: str = "Computing", fn: str = "ru
         return result
 
 
-def run_or_stop(module_name: str, config, label: str = "Computing", fn: str = "run",
-                payload: bytes | None = None) -> Any:
-    """``run_cached``, but an ``engine.core.InputError`` becomes a clear message and stops the page."""
+def run_or_message(module_name: str, config, label: str = "Computing", fn: str = "run",
+                   payload: bytes | None = None) -> Any | None:
+    """``run_cached``, but an ``engine.core.InputError`` becomes a clear message and ``None``; the page goes on."""
     from engine.core import InputError
 
     try:
         return run_cached(module_name, config, label=label, fn=fn, payload=payload)
     except InputError as e:
         st.error(str(e), icon=":material/error:")
+        return None
+
+
+def run_or_stop(module_name: str, config, label: str = "Computing", fn: str = "run",
+                payload: bytes | None = None) -> Any:
+    """``run_cached``, but an ``engine.core.InputError`` becomes a clear message and stops the page."""
+    result = run_or_message(module_name, config, label=label, fn=fn, payload=payload)
+    if result is None:
         st.stop()
+    return result

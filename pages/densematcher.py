@@ -7,7 +7,7 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from components import charts, download, layout, state
-from components.runner import run_or_stop
+from components.runner import run_or_message, run_or_stop
 from engine import densematcher as eng
 from engine.core.params import Choice
 
@@ -63,11 +63,14 @@ def _read(up):
 src_file, tgt_file = _read(up1), _read(up2)
 if src_file is None and tgt_file is not None:
     st.warning("Add a source mesh too; the generated pair is shown meanwhile.", icon=":material/warning:")
+res = None
 if src_file is not None:
     files = [src_file] + ([tgt_file] if tgt_file is not None else [])
-    res = run_or_stop("engine.densematcher", cfg, label="Matching the uploaded meshes", fn="run_upload",
-                      payload=eng.pack_upload(files))
-else:
+    res = run_or_message("engine.densematcher", cfg, label="Matching the uploaded meshes", fn="run_upload",
+                         payload=eng.pack_upload(files))
+    if res is None:
+        st.caption(":material/info: The generated pair is shown instead until the upload is replaced or removed.")
+if res is None:
     res = run_or_stop("engine.densematcher", cfg, label="Computing the functional map")
 
 for note in res.notes:

@@ -312,6 +312,71 @@ def test_shared_url_sets_widgets(server, driver):
     assert "truncation=bottom" in driver.current_url and "class_idx=7" in driver.current_url
 
 
+def _wait_for_text(d, needle: str, timeout: float) -> str:
+    """Poll the page body until it contains ``needle`` (no error element meanwhile); return the body text."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    t0 = time.perf_counter()
+    body = ""
+    while time.perf_counter() - t0 < timeout:
+        try:
+            errors = d.find_elements(By.CSS_SELECTOR, "[data-testid='stException']")
+            assert not errors, "error element on page: " + errors[0].text[:2000]
+            body = d.find_element(By.TAG_NAME, "body").text
+        except WebDriverException:
+            time.sleep(0.5)
+            continue
+        if needle in body:
+            return body
+        time.sleep(0.5)
+    raise AssertionError(f"{needle!r} did not appear within {timeout:.0f} s; page ends with: {body[-1500:]}")
+
+
+def test_mesh_upload_in_browser(server, driver, tmp_path):
+    """AppTest cannot drive a file uploader, so the DenseMatcher upload is exercised here for real: a valid OBJ is
+    matched to a deformed copy of itself; a file that is not a mesh gives a clear message, no traceback, and the
+    generated pair stays on screen."""
+    from selenium.webdriver.common.by import By
+
+    from engine import densematcher as eng
+
+    src, _, _, _ = eng.make_pair(eng.Config(n_vertices=900))
+    good = tmp_path / "critter.obj"
+    good.write_text("".join(f"v {x:.6f} {y:.6f} {z:.6f}\n" for x, y, z in src.verts)
+                    + "".join(f"f {a + 1} {b + 1} {c + 1}\n" for a, b, c in src.faces))
+    bad = tmp_path / "notes.obj"
+    bad.write_text("these are my notes, not a mesh\n")
+
+    base, _ = server
+    driver.get(f"{base}/densematcher")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    for summary in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stExpander'] summary"):
+        if "own meshes" in summary.text:
+            summary.click()
+    _wait_for_text(driver, "5MB per file", 30)  # the widget itself states the engine's cap
+
+    def vertices_metric() -> str:
+        for m in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stMetric']"):
+            if "Vertices" in m.text:
+                return m.text
+        return ""
+
+    driver.find_elements(By.CSS_SELECTOR, "input[type='file']")[0].send_keys(str(good))
+    _wait_for_text(driver, "matched to a vertex-shuffled, deformed copy of itself", PAGE_TIMEOUT)
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    assert f"{len(src.verts):,} /" in vertices_metric(), vertices_metric()
+
+    # a single-file uploader replaces its file when another one is chosen
+    driver.find_elements(By.CSS_SELECTOR, "input[type='file']")[0].send_keys(str(bad))
+    body = _wait_for_text(driver, "generated pair is shown instead", PAGE_TIMEOUT)
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    alerts = " ".join(a.text for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stAlert']"))
+    assert "notes.obj" in alerts and "not a surface" in alerts, alerts
+    assert "Claims, measured" in body
+    assert f"{len(src.verts):,} /" not in vertices_metric(), "the failed upload must not leave the old result up"
+
+
 def test_download_buttons_deliver_their_files(server, driver):
     """Downloads are encoded on click (a deferred Streamlit download): every button of a page clicked in a
     real browser must still deliver its file, and each file must parse (CSV table or JSON)."""

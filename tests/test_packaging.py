@@ -28,3 +28,7 @@ def test_ci_runs_the_readme_test_command():
 def test_streamlit_config_caps_uploads():
     cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert 1 <= cfg["server"]["maxUploadSize"] <= 50
+    # the uploader's own limit (shown under the widget) is the engine's, so a file it accepts is never refused later
+    from engine.densematcher import MAX_FILE_BYTES
+
+    assert cfg["server"]["maxUploadSize"] * 2**20 == MAX_FILE_BYTES
