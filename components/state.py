@@ -1,9 +1,9 @@
 """URL-state binding: every widget of a page is a Config field and a query parameter.
 
 ``bind_config(Config, slug)`` draws one widget per Config field (from the field's
-spec in engine.core.params), seeds each widget from ``st.query_params`` on the
-first run of the session, writes the current values back into the URL on every
-run, and returns the Config. Bad values in the URL (malformed, out of range, too
+spec in engine.core.params), seeds each widget from ``st.query_params`` when the
+page is entered and when the browser's Back / Forward buttons change the URL,
+writes the current values back into the URL on every run, and returns the Config. Bad values in the URL (malformed, out of range, too
 long, or settings that do not fit together) fall back to the default with a
 visible notice; nothing raises.
 """
@@ -70,6 +70,11 @@ def _coerce(spec, value: Any, default: Any) -> Any:
         return default
 
 
+def _seen_key(slug: str) -> str:
+    """Session key of the query parameters as this page last left them."""
+    return f"{slug}::url_seen"
+
+
 PAGE_SLUG_KEY = "_explorer_page_slug"   # the slug of the page being drawn (set by bind_config, read by the claims panel)
 
 
@@ -86,11 +91,19 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     base = defaults(config_cls)
     qp = st.query_params
     notices: list[str] = []
-    init_flag = f"{slug}::initialised"
-    first = not st.session_state.get(init_flag, False)
+    # Read the settings from the URL when the page is (re)entered -- its widget state is gone then, whether this is
+    # the session's first visit or a return to the page (Streamlit drops the state of widgets a run did not draw) --
+    # and when the URL is no longer the one this page last wrote: the browser's Back / Forward buttons restore an
+    # earlier URL and the view must follow it, not overwrite it.
+    current = {k: qp.get(k) for k in qp.keys()}
+    seen = st.session_state.get(_seen_key(slug))
+    from_url = any(widget_key(slug, name) not in st.session_state for name in specs) or (
+        seen is not None and current != seen)
 
-    if first:
-        st.session_state[f"{slug}::initial_qp"] = {k: qp.get(k) for k in qp.keys()}
+    if from_url:
+        st.session_state[f"{slug}::initial_qp"] = current
+        for name in VIEW_PARAMS.get(slug, ()):
+            st.session_state.pop(widget_key(slug, name), None)   # bind_view re-reads it from the URL too
         known = set(specs) | set(VIEW_PARAMS.get(slug, ()))
         for name in qp.keys():
             if name not in known:
@@ -104,7 +117,6 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
                 except ParamError as e:
                     notices.append(f"`{name}`: {e}; using the default ({spec.to_str(base[name])})")
             st.session_state[key] = value
-        st.session_state[init_flag] = True
 
     # Check the combination BEFORE any widget exists in this run: widget state can only be changed then.
     staged = {name: (_coerce(spec, st.session_state[widget_key(slug, name)], base[name])
@@ -115,8 +127,8 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     try:
         config_cls(**staged)
     except (ValueError, TypeError) as e:
-        restore = st.session_state.get(last_key) if not first else None
-        if first:
+        restore = st.session_state.get(last_key) if not from_url else None
+        if from_url:
             notices.append(f"these settings do not fit together ({e}); using the defaults")
         else:
             conflict = (f"These settings do not fit together: {e}. The last settings that worked were "
@@ -157,6 +169,7 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
             params[k] = qp.get(k)
     if dict(qp.to_dict()) != params:
         qp.from_dict(params)
+    st.session_state[_seen_key(slug)] = {k: qp.get(k) for k in qp.keys()}
     if notices:
         st.warning("Some link parameters could not be used:\n\n" + "\n".join(f"- {n}" for n in notices),
                    icon=":material/link_off:")
@@ -186,6 +199,8 @@ def _reset(slug: str, specs: dict, base: dict) -> None:
         if name in st.query_params:
             del st.query_params[name]
     st.session_state.pop(f"{slug}::last_valid", None)
+    # the URL still holds the old settings until this rerun writes the defaults: not a Back / Forward change
+    st.session_state[_seen_key(slug)] = {k: st.query_params.get(k) for k in st.query_params.keys()}
 
 
 def bind_view(slug: str, name: str, spec, container=None, default=None) -> Any:
@@ -217,6 +232,9 @@ def bind_view(slug: str, name: str, spec, container=None, default=None) -> Any:
     value = _render(spec, key, container)
     if st.query_params.get(name) != spec.to_str(value):
         st.query_params[name] = spec.to_str(value)
+    seen = st.session_state.get(_seen_key(slug))
+    if seen is not None:
+        seen[name] = spec.to_str(value)
     return value
 
 

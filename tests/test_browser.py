@@ -312,6 +312,56 @@ def test_shared_url_sets_widgets(server, driver):
     assert "truncation=bottom" in driver.current_url and "class_idx=7" in driver.current_url
 
 
+def test_back_and_forward_buttons_restore_the_settings(server, driver):
+    """Each settings change is a history entry: Back returns to the earlier settings (also after visiting another
+    page), Forward to the later ones, and the URL always matches the widgets."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    base, _ = server
+
+    def class_shown() -> tuple[str | None, str | None]:
+        query = dict(kv.split("=", 1) for kv in driver.current_url.split("?", 1)[-1].split("&") if "=" in kv)
+        return query.get("class_idx"), _slider_values(driver).get("Class to explain")
+
+    def settle(expect_path: str) -> None:
+        deadline = time.time() + PAGE_TIMEOUT
+        while f"/{expect_path}" not in driver.current_url and time.time() < deadline:
+            time.sleep(0.5)
+        time.sleep(2)     # the rerun that follows a history step
+        _wait_rendered(driver, PAGE_TIMEOUT)
+
+    driver.get(f"{base}/bilinear_mlp?class_idx=7")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    assert class_shown() == ("7", "7")
+    thumb = next(s for s in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSlider']")
+                 if "Class to explain" in s.text).find_element(By.CSS_SELECTOR, "input[type='range']")
+    driver.execute_script("arguments[0].focus()", thumb)
+    ActionChains(driver).send_keys(Keys.ARROW_RIGHT).perform()
+    deadline = time.time() + PAGE_TIMEOUT
+    while class_shown() != ("8", "8") and time.time() < deadline:
+        time.sleep(0.5)
+    assert class_shown() == ("8", "8")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    next(a for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebarNav'] a")
+         if "Attention sink" in a.text).click()
+    settle("attention_sink")
+    for _ in range(3):            # the page's own entry, then the one its settings wrote into the URL
+        driver.back()
+        time.sleep(2)
+        if "/bilinear_mlp" in driver.current_url:
+            break
+    settle("bilinear_mlp")
+    assert class_shown() == ("8", "8"), "Back to a page must bring its settings back"
+    driver.back()
+    settle("bilinear_mlp")
+    assert class_shown() == ("7", "7"), "Back must undo the last settings change"
+    driver.forward()
+    settle("bilinear_mlp")
+    assert class_shown() == ("8", "8"), "Forward must redo it"
+
+
 def _wait_for_text(d, needle: str, timeout: float) -> str:
     """Poll the page body until it contains ``needle`` (no error element meanwhile); return the body text."""
     from selenium.common.exceptions import WebDriverException

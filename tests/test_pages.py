@@ -303,6 +303,41 @@ def test_view_only_widget_is_bound_to_the_url():
     assert at.query_params["view"] in ("initial", ["initial"])
 
 
+def test_a_url_changed_by_back_or_forward_sets_the_widgets():
+    """The browser's Back / Forward buttons rerun the page with an earlier URL: the settings and the view-only
+    widget must follow that URL (not write the current widgets over it), and a widget change afterwards still
+    counts."""
+    paper = next((p for p in BUILT if p.slug == "densematcher"), None)
+    if paper is None:
+        pytest.skip("densematcher page not built")
+    cls = _config_cls(paper)
+    base = defaults(cls)
+    name = next(n for n, spec in widget_specs(cls).items() if isinstance(spec, Int | Float) and n != "seed")
+    spec = widget_specs(cls)[name]
+    other = spec.hi if base[name] != spec.hi else spec.lo
+    at = _open(paper)
+    _no_exception(at)
+    earlier = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    _widget(at, f"densematcher:{name}").set_value(other)
+    _widget(at, "densematcher:view").set_value("xyz")
+    at.run()
+    assert at.query_params[name] in (spec.to_str(other), [spec.to_str(other)])
+    for k in list(at.query_params.keys()):          # Back: the browser restores the earlier URL
+        del at.query_params[k]
+    for k, v in earlier.items():
+        at.query_params[k] = v
+    at.run()
+    _no_exception(at)
+    assert _widget(at, f"densematcher:{name}").value == base[name]
+    assert _widget(at, "densematcher:view").value == earlier["view"]
+    assert at.query_params[name] in (spec.to_str(base[name]), [spec.to_str(base[name])])
+    _widget(at, "densematcher:view").set_value("initial")     # an ordinary change after it still takes effect
+    at.run()
+    assert _widget(at, "densematcher:view").value == "initial"
+    assert at.query_params["view"] in ("initial", ["initial"])
+    assert _widget(at, f"densematcher:{name}").value == base[name]
+
+
 def test_reset_button_restores_every_default_and_the_link():
     """'Reset to defaults' (disabled at the defaults) brings back every setting and view-only widget of a page
     opened from a link, and the URL with them."""
