@@ -97,6 +97,10 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     # earlier URL and the view must follow it, not overwrite it.
     current = {k: qp.get(k) for k in qp.keys()}
     seen = st.session_state.get(_seen_key(slug))
+    if seen and not any(name in current for name in specs):
+        # A URL with no settings in it (the menu's link to the page, or the bare entry Streamlit adds to the browser
+        # history when it switches pages): the page comes back as this session left it, and the URL says so.
+        current = dict(seen)
     from_url = any(widget_key(slug, name) not in st.session_state for name in specs) or (
         seen is not None and current != seen)
 
@@ -105,15 +109,15 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
         for name in VIEW_PARAMS.get(slug, ()):
             st.session_state.pop(widget_key(slug, name), None)   # bind_view re-reads it from the URL too
         known = set(specs) | set(VIEW_PARAMS.get(slug, ()))
-        for name in qp.keys():
+        for name in current:
             if name not in known:
                 notices.append(f"`{str(name)[:40]}` is not a setting of this page and was ignored")
         for name, spec in specs.items():
             key = widget_key(slug, name)
             value = base[name]
-            if name in qp:
+            if name in current:
                 try:
-                    value = spec.parse(qp.get(name))
+                    value = spec.parse(current[name])
                 except ParamError as e:
                     notices.append(f"`{name}`: {e}; using the default ({spec.to_str(base[name])})")
             st.session_state[key] = value
@@ -165,8 +169,12 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
 
     params = {name: specs[name].to_str(getattr(cfg, name)) for name in specs}
     for k in VIEW_PARAMS.get(slug, ()):          # view-only widgets keep their own URL entries
-        if k in qp:
-            params[k] = qp.get(k)
+        if k in current:
+            params[k] = current[k]
+        elif k in VIEW_DEFAULTS.get(slug, {}):
+            # written now with the settings rather than by bind_view later in the run: every write of the URL is an
+            # entry of the browser's history, and one entry per visit keeps the Back button a single step
+            params[k] = VIEW_DEFAULTS[slug][k]
     if dict(qp.to_dict()) != params:
         qp.from_dict(params)
     st.session_state[_seen_key(slug)] = {k: qp.get(k) for k in qp.keys()}

@@ -17,10 +17,27 @@ if built == len(PAPERS):
 else:
     st.caption(f"{built} of {len(PAPERS)} pages built; the rest are coming.")
 
+# The search and the area filter live in the URL (/?q=graph&area=...), so a filtered gallery can be shared and
+# comes back with the browser's Back button; a URL this page did not write (a link, Back / Forward) sets them. A
+# bare URL (the menu's Home link, or the entry Streamlit leaves in the history when it switches pages) brings back
+# the filter this session last had, as the pages do with their settings (components.state.bind_config).
+qp = st.query_params
+url_now = {k: qp.get_all(k) for k in qp.keys()}
+seen = st.session_state.get("home:url_seen")
+if seen and not ({"q", "area"} & set(url_now)):
+    url_now = dict(seen)
+if "home:q" not in st.session_state or url_now != seen:
+    st.session_state["home:q"] = (url_now.get("q") or [""])[-1][:100]
+    st.session_state["home:areas"] = [a for a in dict.fromkeys(url_now.get("area", [])) if a in AREAS]
+
 c1, c2, c3 = st.columns([0.5, 0.3, 0.2], vertical_alignment="bottom")
 query = c1.text_input("Search papers", key="home:q", placeholder="e.g. attention, graph, diffusion",
                       max_chars=100)
 areas = c2.multiselect("Area", AREAS, key="home:areas")
+wanted = {k: v for k, v in (("q", [query.strip()] if query.strip() else []), ("area", list(areas))) if v}
+if {k: qp.get_all(k) for k in qp.keys()} != wanted:
+    qp.from_dict(wanted)
+st.session_state["home:url_seen"] = {k: qp.get_all(k) for k in qp.keys()}
 # the filter only means something while some pages are still to come
 only_built = built < len(PAPERS) and c3.toggle("Built pages only", key="home:built")
 

@@ -360,6 +360,47 @@ def test_back_and_forward_buttons_restore_the_settings(server, driver):
     driver.forward()
     settle("bilinear_mlp")
     assert class_shown() == ("8", "8"), "Forward must redo it"
+    # the menu's link carries no settings: the page comes back as this session left it, and its URL says so
+    next(a for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebarNav'] a")
+         if "Attention sink" in a.text).click()
+    settle("attention_sink")
+    next(a for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebarNav'] a")
+         if "Bilinear" in a.text).click()
+    settle("bilinear_mlp")
+    deadline = time.time() + 30
+    while class_shown() != ("8", "8") and time.time() < deadline:
+        time.sleep(0.5)
+    assert class_shown() == ("8", "8")
+
+
+def test_gallery_search_is_a_link_and_survives_back(server, driver):
+    """/?q=... opens the gallery filtered; after opening a card's page, Back returns to the filtered gallery."""
+    from selenium.webdriver.common.by import By
+
+    base, _ = server
+
+    def search_box() -> str:
+        boxes = driver.find_elements(By.CSS_SELECTOR, "input[aria-label='Search papers']")
+        return boxes[0].get_attribute("value") if boxes else ""
+
+    driver.get(f"{base}/?q=bilinear")
+    body = _wait_for_text(driver, "Open the live page", PAGE_TIMEOUT)
+    assert search_box() == "bilinear" and "Residual-MPPI" not in body
+    cards = driver.find_elements(By.CSS_SELECTOR, "[data-testid='stPageLink'] a")
+    assert len(cards) == 1
+    cards[0].click()
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    assert "/bilinear_mlp" in driver.current_url
+    for _ in range(3):
+        driver.back()
+        time.sleep(2)
+        if "/bilinear_mlp" not in driver.current_url:
+            break
+    _wait_for_text(driver, "Open the live page", PAGE_TIMEOUT)
+    deadline = time.time() + 30
+    while search_box() != "bilinear" and time.time() < deadline:
+        time.sleep(0.5)
+    assert search_box() == "bilinear" and "q=bilinear" in driver.current_url
 
 
 def _wait_for_text(d, needle: str, timeout: float) -> str:

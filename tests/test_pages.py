@@ -164,6 +164,36 @@ def test_app_and_home_gallery():
     assert any("No paper matches" in i.value for i in at.info)
 
 
+def test_home_filter_lives_in_the_url():
+    """A gallery link with a search and an area opens filtered; changing the filter rewrites the link; a URL changed
+    under the session (Back / Forward) sets the filter again; junk in the link is dropped."""
+    from engine.registry import AREAS
+
+    area = next(p.area for p in PAPERS if "Bilinear" in p.title)
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["q"] = "bilinear"
+    at.query_params["area"] = [area, "no such area"]
+    at.query_params["junk"] = "1"
+    at.run()
+    _no_exception(at)
+    assert at.text_input(key="home:q").value == "bilinear"
+    assert at.multiselect(key="home:areas").value == [area]
+    text = " ".join(m.value for m in at.markdown)
+    assert "Bilinear MLPs" in text and "Residual-MPPI" not in text
+    qp = dict(at.query_params)
+    assert "junk" not in qp and qp["q"] in ("bilinear", ["bilinear"]) and qp["area"] in (area, [area])
+    at.text_input(key="home:q").set_value("").run()
+    other = next(a for a in AREAS if a != area)
+    at.multiselect(key="home:areas").set_value([other]).run()
+    assert "q" not in at.query_params and at.query_params["area"] in (other, [other])
+    for k in list(at.query_params.keys()):           # Back to the first URL
+        del at.query_params[k]
+    at.query_params["q"] = "bilinear"
+    at.run()
+    assert at.text_input(key="home:q").value == "bilinear" and at.multiselect(key="home:areas").value == []
+    assert "Bilinear MLPs" in " ".join(m.value for m in at.markdown)
+
+
 def test_app_start_does_not_import_torch():
     import os
     import subprocess
