@@ -3,9 +3,9 @@
 ``bind_config(Config, slug)`` draws one widget per Config field (from the field's
 spec in engine.core.params), seeds each widget from ``st.query_params`` when the
 page is entered and when the browser's Back / Forward buttons change the URL,
-writes the current values back into the URL on every run, and returns the Config. Bad values in the URL (malformed, out of range, too
-long, or settings that do not fit together) fall back to the default with a
-visible notice; nothing raises.
+writes the current values back into the URL on every run, and returns the Config.
+Bad values in the URL (malformed, out of range, too long, or settings that do not
+fit together) fall back to the default with a visible notice; nothing raises.
 """
 
 from __future__ import annotations
