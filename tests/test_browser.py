@@ -314,7 +314,8 @@ def test_shared_url_sets_widgets(server, driver):
 
 def test_back_and_forward_buttons_restore_the_settings(server, driver):
     """Each settings change is a history entry: Back returns to the earlier settings (also after visiting another
-    page), Forward to the later ones, and the URL always matches the widgets."""
+    page), Forward to the later ones, the menu link brings a page back as it was left, and the URL always matches
+    the widgets."""
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -322,55 +323,63 @@ def test_back_and_forward_buttons_restore_the_settings(server, driver):
     base, _ = server
 
     def class_shown() -> tuple[str | None, str | None]:
-        query = dict(kv.split("=", 1) for kv in driver.current_url.split("?", 1)[-1].split("&") if "=" in kv)
-        return query.get("class_idx"), _slider_values(driver).get("Class to explain")
+        try:
+            query = dict(kv.split("=", 1) for kv in driver.current_url.split("?", 1)[-1].split("&") if "=" in kv)
+            return query.get("class_idx"), _slider_values(driver).get("Class to explain")
+        except Exception:  # the page is re-rendering
+            return None, None
 
-    def settle(expect_path: str) -> None:
+    def until(path: str, expected: tuple[str, str], why: str) -> None:
+        """Poll until the page at ``path`` shows ``expected`` in its URL and its slider (a history step reruns the
+        page, which takes a moment); fail with ``why`` if it never does."""
         deadline = time.time() + PAGE_TIMEOUT
-        while f"/{expect_path}" not in driver.current_url and time.time() < deadline:
+        while time.time() < deadline:
+            if f"/{path}" in driver.current_url and class_shown() == expected:
+                _wait_rendered(driver, PAGE_TIMEOUT)
+                time.sleep(1)
+                if class_shown() == expected:
+                    return
             time.sleep(0.5)
-        time.sleep(2)     # the rerun that follows a history step
-        _wait_rendered(driver, PAGE_TIMEOUT)
+        raise AssertionError(f"{why}: {driver.current_url} shows {class_shown()}, expected {expected}")
+
+    def menu(label: str) -> None:
+        next(a for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebarNav'] a")
+             if label in a.text).click()
 
     driver.get(f"{base}/bilinear_mlp?class_idx=7")
     _wait_rendered(driver, PAGE_TIMEOUT)
-    assert class_shown() == ("7", "7")
+    until("bilinear_mlp", ("7", "7"), "the link's setting")
     thumb = next(s for s in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSlider']")
                  if "Class to explain" in s.text).find_element(By.CSS_SELECTOR, "input[type='range']")
     driver.execute_script("arguments[0].focus()", thumb)
     ActionChains(driver).send_keys(Keys.ARROW_RIGHT).perform()
+    until("bilinear_mlp", ("8", "8"), "the slider change")
+    menu("Attention sink")
+    _wait_for_text(driver, "Attention sink", PAGE_TIMEOUT)
     deadline = time.time() + PAGE_TIMEOUT
-    while class_shown() != ("8", "8") and time.time() < deadline:
+    while "/attention_sink" not in driver.current_url and time.time() < deadline:
         time.sleep(0.5)
-    assert class_shown() == ("8", "8")
     _wait_rendered(driver, PAGE_TIMEOUT)
-    next(a for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebarNav'] a")
-         if "Attention sink" in a.text).click()
-    settle("attention_sink")
+    time.sleep(2)
     for _ in range(3):            # the page's own entry, then the one its settings wrote into the URL
         driver.back()
         time.sleep(2)
         if "/bilinear_mlp" in driver.current_url:
             break
-    settle("bilinear_mlp")
-    assert class_shown() == ("8", "8"), "Back to a page must bring its settings back"
+    until("bilinear_mlp", ("8", "8"), "Back to a page must bring its settings back")
     driver.back()
-    settle("bilinear_mlp")
-    assert class_shown() == ("7", "7"), "Back must undo the last settings change"
+    until("bilinear_mlp", ("7", "7"), "Back must undo the last settings change")
     driver.forward()
-    settle("bilinear_mlp")
-    assert class_shown() == ("8", "8"), "Forward must redo it"
+    until("bilinear_mlp", ("8", "8"), "Forward must redo it")
     # the menu's link carries no settings: the page comes back as this session left it, and its URL says so
-    next(a for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebarNav'] a")
-         if "Attention sink" in a.text).click()
-    settle("attention_sink")
-    next(a for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebarNav'] a")
-         if "Bilinear" in a.text).click()
-    settle("bilinear_mlp")
-    deadline = time.time() + 30
-    while class_shown() != ("8", "8") and time.time() < deadline:
+    menu("Attention sink")
+    deadline = time.time() + PAGE_TIMEOUT
+    while "/attention_sink" not in driver.current_url and time.time() < deadline:
         time.sleep(0.5)
-    assert class_shown() == ("8", "8")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    time.sleep(2)
+    menu("Bilinear")
+    until("bilinear_mlp", ("8", "8"), "the menu link must bring the page back as it was left")
 
 
 def test_gallery_search_is_a_link_and_survives_back(server, driver):
