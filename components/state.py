@@ -97,9 +97,12 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     # earlier URL and the view must follow it, not overwrite it.
     current = {k: qp.get(k) for k in qp.keys()}
     seen = st.session_state.get(_seen_key(slug))
-    if seen and not any(name in current for name in specs):
-        # A URL with no settings in it (the menu's link to the page, or the bare entry Streamlit adds to the browser
-        # history when it switches pages): the page comes back as this session left it, and the URL says so.
+    known = set(specs) | set(VIEW_PARAMS.get(slug, ()))
+    if seen and (not any(name in current for name in specs) or any(name not in known for name in current)):
+        # A URL with no settings of this page in it (the menu's link to the page, the bare entry Streamlit adds to the
+        # browser history when it switches pages, or, seen under load, another page's query string arriving with
+        # this page on Back): the page comes back as this session left it, and the URL says so. (Unknown names in a
+        # link opened in a fresh session still get their notice below.)
         current = dict(seen)
     from_url = any(widget_key(slug, name) not in st.session_state for name in specs) or (
         seen is not None and current != seen)
@@ -108,7 +111,6 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
         st.session_state[f"{slug}::initial_qp"] = current
         for name in VIEW_PARAMS.get(slug, ()):
             st.session_state.pop(widget_key(slug, name), None)   # bind_view re-reads it from the URL too
-        known = set(specs) | set(VIEW_PARAMS.get(slug, ()))
         for name in current:
             if name not in known:
                 notices.append(f"`{str(name)[:40]}` is not a setting of this page and was ignored")

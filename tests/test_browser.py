@@ -342,6 +342,20 @@ def test_back_and_forward_buttons_restore_the_settings(server, driver):
             time.sleep(0.5)
         raise AssertionError(f"{why}: {driver.current_url} shows {class_shown()}, expected {expected}")
 
+    def step(move, path: str, expected: tuple[str, str], why: str) -> None:
+        """Press Back or Forward until the page shows ``expected`` (at most three presses: Streamlit adds a bare
+        entry of its own when it switches pages, and under load its rerun may write the URL as a new entry)."""
+        for _ in range(3):
+            move()
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                if f"/{path}" in driver.current_url and class_shown() == expected:
+                    break
+                time.sleep(0.5)
+            if f"/{path}" in driver.current_url and class_shown() == expected:
+                break
+        until(path, expected, why)
+
     def menu(label: str) -> None:
         next(a for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSidebarNav'] a")
              if label in a.text).click()
@@ -361,16 +375,9 @@ def test_back_and_forward_buttons_restore_the_settings(server, driver):
         time.sleep(0.5)
     _wait_rendered(driver, PAGE_TIMEOUT)
     time.sleep(2)
-    for _ in range(3):            # the page's own entry, then the one its settings wrote into the URL
-        driver.back()
-        time.sleep(2)
-        if "/bilinear_mlp" in driver.current_url:
-            break
-    until("bilinear_mlp", ("8", "8"), "Back to a page must bring its settings back")
-    driver.back()
-    until("bilinear_mlp", ("7", "7"), "Back must undo the last settings change")
-    driver.forward()
-    until("bilinear_mlp", ("8", "8"), "Forward must redo it")
+    step(driver.back, "bilinear_mlp", ("8", "8"), "Back to a page must bring its settings back")
+    step(driver.back, "bilinear_mlp", ("7", "7"), "Back must undo the last settings change")
+    step(driver.forward, "bilinear_mlp", ("8", "8"), "Forward must redo it")
     # the menu's link carries no settings: the page comes back as this session left it, and its URL says so
     menu("Attention sink")
     deadline = time.time() + PAGE_TIMEOUT
