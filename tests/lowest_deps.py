@@ -4,8 +4,8 @@
     python -m tests.lowest_deps /tmp/low   # create the venv there and install them (about 3 minutes)
     EXPLORER_FORCE_CPU=1 /tmp/low/bin/python -m pytest -q
 
-Every ``name>=X`` of [project.dependencies] becomes ``name==X`` (the test extras stay open); pip then resolves
-the rest. Not part of CI: a second install and test run would double its time. Run it after raising a bound or
+Every ``name>=X`` of [project.dependencies] and of the test extras becomes ``name==X``; pip then resolves the
+rest. Not part of CI: a second install and test run would double its time. Run it after raising a bound or
 using an API newer than a bound, and record what failed next to the bound in pyproject.toml.
 """
 
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def lowest_pins() -> list[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pins = [re.sub(r"\s*>=\s*", "==", d) for d in project["dependencies"]]
-    return pins + list(project["optional-dependencies"]["test"])
+    reqs = project["dependencies"] + project["optional-dependencies"]["test"]
+    return [re.sub(r"\s*>=\s*", "==", d) for d in reqs]
 
 
 def main(argv: list[str]) -> int:
