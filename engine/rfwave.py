@@ -17,6 +17,9 @@ loses to a random-phase inversion):
 Training (no page can afford it live): ``python -m engine.rfwave train`` writes assets/rfwave/rfwave_small.pt
 (shipped: 12 000 steps, lr 1e-3, 21 min on one CPU thread).
 
+A user's recording can take the shown clip's place (``run_upload``; ``decode_upload`` turns a WAV / FLAC / OGG / MP3
+file into an 8 kHz, 1.024 s clip). The claims are always measured on the synthetic held-out clips.
+
 Why two claims fail (measured; see the page): the data path is sound (channels, equaliser and band split
 round-trip exactly, t = 0 is noise in the loss and in the sampler, every band reads its own clip's Mel), and
 the same network trained on ONE clip reaches LSD 5.0 dB there after 1 200 steps (Griffin-Lim, 10 it.: 6.35).
@@ -62,6 +65,7 @@ no better on clips it trained on, so more (synthetic, hence unlimited) data woul
 
 from __future__ import annotations
 
+import io
 import math
 import sys
 import time
@@ -652,6 +656,8 @@ class Result:
     traj_point: tuple[int, int]
     table: list[dict]
     metrics: dict[str, float] = field(default_factory=dict)
+    source: str = ""                        # what the shown clip is ("held-out synthetic clip 0", an upload)
+    notes: list[str] = field(default_factory=list)   # how an upload was turned into the shown clip
 
 
 def _mel_to_mag(mel_log: np.ndarray) -> np.ndarray:
@@ -679,17 +685,105 @@ def _db(x: np.ndarray) -> np.ndarray:
     return (20 * np.log10(np.maximum(np.abs(stft(x)[:N_BINS]), FLOOR))).astype(np.float32)
 
 
+# ---------------------------------------------------------------------------------------------- uploads
+MAX_UPLOAD_BYTES = 5 * 2**20      # the app's upload cap (.streamlit/config.toml): about a minute of 44.1 kHz WAV
+MAX_UPLOAD_SECONDS = 30.0         # only this much of a longer file is decoded and searched
+MIN_UPLOAD_SECONDS = 0.25
+UPLOAD_PEAK = 0.5                 # the synthetic clips' peak: the model was trained at that level
+SILENCE_PEAK = 1e-4               # -80 dBFS
+UPLOAD_FORMATS = ("wav", "flac", "ogg", "mp3")
+
+
+def decode_upload(data: bytes) -> tuple[np.ndarray, list[str]]:
+    """An uploaded audio file -> the 1.024 s, 8 kHz, mono clip the vocoder is run on, plus notes on what was done.
+
+    Decoding is libsndfile's (the soundfile package librosa reads with), resampling librosa's. A longer file
+    contributes its loudest 1.024 s window (searched in steps of 1/8 s over its first 30 s), a shorter one is padded
+    with silence; the clip is scaled to the training clips' peak level. Anything that is not usable audio raises
+    ``InputError`` with a message for the user.
+    """
+    import soundfile as sf
+
+    if not isinstance(data, bytes | bytearray) or len(data) == 0:
+        raise InputError("The uploaded file is empty.")
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise InputError(f"The file is {len(data) / 2**20:.1f} MB; the limit is {MAX_UPLOAD_BYTES // 2**20} MB.")
+    try:
+        with sf.SoundFile(io.BytesIO(bytes(data))) as f:
+            sr, channels, frames = int(f.samplerate), int(f.channels), int(f.frames)
+            if not 1000 <= sr <= 384_000:
+                raise InputError(f"The file says its sample rate is {sr} Hz; expected 1 000 to 384 000 Hz.")
+            x = f.read(frames=int(MAX_UPLOAD_SECONDS * sr), dtype="float64", always_2d=True)
+    except InputError:
+        raise
+    except Exception as e:        # libsndfile's errors: unknown format, truncated or corrupt data, ...
+        raise InputError("The file could not be read as audio (WAV, FLAC, OGG/Vorbis or MP3 expected): "
+                         f"{str(e).split(': ')[-1][:120]}") from None
+    notes: list[str] = []
+    if x.shape[0] == 0:
+        raise InputError("The file holds no audio samples.")
+    if not np.all(np.isfinite(x)):
+        raise InputError("The file holds samples that are not finite numbers (NaN or infinity).")
+    if x.shape[0] / sr < MIN_UPLOAD_SECONDS:
+        raise InputError(f"The recording is {x.shape[0] / sr * 1000:.0f} ms long; at least "
+                         f"{MIN_UPLOAD_SECONDS * 1000:.0f} ms are needed.")
+    if frames > x.shape[0]:
+        notes.append(f"only the first {MAX_UPLOAD_SECONDS:.0f} s of the {frames / sr:.1f} s file were searched")
+    mono = x.mean(axis=1)
+    if channels > 1:
+        notes.append(f"{channels} channels mixed down to mono")
+    if sr != SR:
+        import librosa
+
+        mono = librosa.resample(mono, orig_sr=sr, target_sr=SR)
+        notes.append(f"resampled from {sr} Hz to {SR} Hz (the model's rate: nothing above {SR // 2} Hz is kept)")
+    if len(mono) < N_SAMPLES:
+        notes.append(f"{len(mono) / SR:.2f} s long: padded with silence to {N_SAMPLES / SR:.3f} s")
+        clip = np.concatenate([mono, np.zeros(N_SAMPLES - len(mono))])
+    else:
+        step = SR // 8
+        starts = np.arange(0, len(mono) - N_SAMPLES + 1, step)
+        energy = np.array([float(np.sum(mono[a:a + N_SAMPLES] ** 2)) for a in starts])
+        a = int(starts[int(np.argmax(energy))])
+        clip = mono[a:a + N_SAMPLES]
+        if len(mono) > N_SAMPLES:
+            notes.append(f"the loudest {N_SAMPLES / SR:.3f} s are used: {a / SR:.2f}–{(a + N_SAMPLES) / SR:.2f} s")
+    peak = float(np.max(np.abs(clip)))
+    if peak < SILENCE_PEAK:
+        level = "every sample is zero" if peak == 0 else f"peak {20 * math.log10(peak):.0f} dBFS"
+        raise InputError(f"The recording is silent ({level}); there is nothing to vocode.")
+    notes.append(f"scaled by {UPLOAD_PEAK / peak:.3g} to peak {UPLOAD_PEAK} like the training clips")
+    return (clip * (UPLOAD_PEAK / peak)).astype(np.float64), notes
+
+
+def run_upload(config: Config, progress=None, payload: bytes = b"") -> Result:
+    """``run`` with the shown clip replaced by an uploaded recording (the claims stay on the synthetic clips)."""
+    report(progress, 0.0, "reading the upload")
+    clip, notes = decode_upload(payload)
+    return _run(config, progress, shown=clip, source="your recording", notes=notes)
+
+
 def run(config: Config, progress=None) -> Result:
+    return _run(config, progress)
+
+
+def _run(config: Config, progress=None, shown: np.ndarray | None = None, source: str = "",
+         notes: list[str] | None = None) -> Result:
     from engine.core import get_device
 
     seed_everything(config.seed)
     get_device()                          # CPU here; the model is tiny, so inference stays on CPU
     voc = load_vocoder()
     eval_ids = list(range(config.n_eval))
-    clip_ids = eval_ids + ([config.clip] if config.clip not in eval_ids else [])
-    clips = [synth_clip(i) for i in clip_ids]
+    if shown is None:
+        clip_ids = eval_ids + ([config.clip] if config.clip not in eval_ids else [])
+        clips = [synth_clip(i) for i in clip_ids]
+        ci = clip_ids.index(config.clip)
+        source = f"held-out synthetic clip {config.clip}"
+    else:                                 # the claim clips, then the upload
+        clips = [synth_clip(i) for i in eval_ids] + [np.asarray(shown, dtype=np.float64)]
+        ci = len(eval_ids)
     S, mel = voc.prepare(clips)
-    ci = clip_ids.index(config.clip)
     ne = len(eval_ids)
 
     report(progress, 0.02, "sampling")
@@ -726,7 +820,7 @@ def run(config: Config, progress=None) -> Result:
     needed += [k for k in traced if k not in needed]
     needed = list(dict.fromkeys(needed))
     traj: dict[int, np.ndarray] = {}
-    nb_all = len(clip_ids)
+    nb_all = len(clips)
 
     def _point(z):
         zz = unequalise(merge_bands(z.reshape(nb_all, NUM_BANDS, CH, -1)[ci:ci + 1]), voc.mean, voc.std,
@@ -798,7 +892,7 @@ def run(config: Config, progress=None) -> Result:
                   spec_db={"original": _db(orig), "RFWave": _db(wav_main), "Griffin-Lim": _db(wav_gl)},
                   grid=np.asarray(grid_main), curve_t=np.asarray(curve_t), curve_s=np.asarray(curve_s),
                   sweep=sweep, traj=traj, traj_target=complex(S[ci][fbin, fr]), traj_point=(fr, fbin),
-                  table=table, metrics=metrics)
+                  table=table, metrics=metrics, source=source, notes=list(notes or ()))
 
 
 HEAVY_CONFIG = Config(clip=7, n_steps=100, n_eval=EVAL_CLIPS, sweep=True, recompute=True, gl_iters=100)

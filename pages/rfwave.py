@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from components import charts, download, layout, state
-from components.runner import run_or_stop
+from components.runner import run_or_message, run_or_stop
 from engine import rfwave as eng
 from engine.core import Choice
 
@@ -41,7 +41,28 @@ band_view = state.bind_view(SLUG, "band_view", Choice(band_opts, "Band view", he
                             container=st.sidebar, default="all")
 state.share_link(cfg)
 layout.device_indicator()
-res = run_or_stop("engine.rfwave", cfg, label="Sampling the flow")
+
+with st.expander("Vocode your own recording (WAV, FLAC, OGG or MP3)", icon=":material/upload_file:"):
+    st.caption(f"Up to {eng.MAX_UPLOAD_BYTES // 2**20} MB. The file is mixed to mono, resampled to "
+               f"{eng.SR // 1000} kHz, and its loudest {eng.N_SAMPLES / eng.SR:.3f} s (within the first "
+               f"{eng.MAX_UPLOAD_SECONDS:.0f} s) are scaled to the training clips' level; its Mel-spectrogram then "
+               "goes through RFWave and Griffin-Lim like a test clip. The model has only ever heard synthetic "
+               "sounds, so a real recording shows how far that carries. The claims stay measured on the synthetic "
+               "test clips, and a shared link cannot carry the file: it opens on the synthetic clip.")
+    upload = st.file_uploader("Audio file", type=list(eng.UPLOAD_FORMATS), key=f"{SLUG}:upload")
+
+res = None
+if upload is not None:
+    if upload.size > eng.MAX_UPLOAD_BYTES:
+        layout.show_error(f"{upload.name}: {upload.size / 2**20:.1f} MB is over the "
+                          f"{eng.MAX_UPLOAD_BYTES // 2**20} MB limit; it was ignored.")
+    else:
+        res = run_or_message("engine.rfwave", cfg, label="Vocoding your recording", fn="run_upload",
+                             payload=upload.getvalue())
+    if res is None:
+        st.caption(":material/info: The synthetic test clip is shown instead until the file is replaced or removed.")
+if res is None:
+    res = run_or_stop("engine.rfwave", cfg, label="Sampling the flow")
 claims = eng.claims(res)
 layout.claims_panel(claims)
 m = res.metrics
@@ -81,6 +102,11 @@ if not_reproduced:
         )
 
 st.subheader("Listen")
+if upload is not None and res.notes:
+    st.caption(f"Shown: {res.source}, {upload.name} — " + "; ".join(res.notes) + ". The *Test clip* setting "
+               "does not apply while a file is loaded.")
+else:
+    st.caption(f"Shown: {res.source}.")
 cols = st.columns(3)
 for col, name in zip(cols, ("original", "RFWave", "Griffin-Lim")):
     with col:

@@ -484,6 +484,42 @@ def test_mesh_upload_in_browser(server, driver, tmp_path):
     assert f"{len(src.verts):,} /" not in vertices_metric(), "the failed upload must not leave the old result up"
 
 
+def test_audio_upload_in_browser(server, driver, tmp_path):
+    """RFWave's own-recording uploader, for real: a 16 kHz WAV is resampled and vocoded (the notes say so and the
+    metrics change); a file that is not audio gives a clear message, no traceback, and the synthetic clip returns."""
+    import soundfile as sf
+    from selenium.webdriver.common.by import By
+
+    from engine import rfwave as eng
+
+    good = tmp_path / "voice.wav"
+    t = np.arange(int(1.5 * 16000)) / 16000
+    sf.write(good, 0.3 * np.sin(2 * np.pi * 330 * t) * (1 + np.sin(2 * np.pi * 3 * t)), 16000)
+    bad = tmp_path / "notes.wav"
+    bad.write_text("these are my notes, not a recording\n")
+
+    base, _ = server
+    driver.get(f"{base}/rfwave")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    _wait_for_text(driver, "Shown: held-out synthetic clip 0.", 30)
+    for summary in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stExpander'] summary"):
+        if "own recording" in summary.text:
+            summary.click()
+    _wait_for_text(driver, f"{eng.MAX_UPLOAD_BYTES // 2**20}MB per file", 30)  # the widget states the engine's cap
+
+    driver.find_elements(By.CSS_SELECTOR, "input[type='file']")[0].send_keys(str(good))
+    body = _wait_for_text(driver, "Shown: your recording, voice.wav", PAGE_TIMEOUT)
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    assert "resampled from 16000 Hz" in body and "the loudest 1.024 s" in body, body[-2000:]
+
+    driver.find_elements(By.CSS_SELECTOR, "input[type='file']")[0].send_keys(str(bad))
+    body = _wait_for_text(driver, "synthetic test clip is shown instead", PAGE_TIMEOUT)
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    alerts = " ".join(a.text for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stAlert']"))
+    assert "could not be read as audio" in alerts, alerts
+    assert "Shown: held-out synthetic clip 0." in body and "Claims, measured" in body
+
+
 def test_download_buttons_deliver_their_files(server, driver):
     """Downloads are encoded on click (a deferred Streamlit download): every button of a page clicked in a
     real browser must still deliver its file, and each file must parse (CSV table or JSON)."""

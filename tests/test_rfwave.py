@@ -267,3 +267,94 @@ def test_diagnosis_metrics_in_the_default_run(default_result):
     # swapping in the true magnitude (the page's reading of why the two claims fail)
     assert m["diag_adv_err"] > m["diag_adv_err_gl"]
     assert m["diag_true_phase_lsd"] < m["diag_true_mag_lsd"] < m["lsd_n10"]
+
+
+# ------------------------------------------------------------------------------------------------- uploads
+
+def _encode(x: np.ndarray, sr: int, fmt: str = "WAV", subtype: str | None = None) -> bytes:
+    import io
+
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, x, sr, format=fmt, subtype=subtype)
+    return buf.getvalue()
+
+
+def test_upload_is_mixed_resampled_and_its_loudest_second_is_kept():
+    """A 3 s stereo 44.1 kHz file with a 440 Hz tone from 1.0 s to 2.0 s: the clip is the window around the tone
+    (closed form: the tone's energy is whole only in windows starting 0.875-1.0 s), at 8 kHz, peak 0.5, and its
+    spectrum peaks at 440 Hz."""
+    sr = 44100
+    t = np.arange(3 * sr) / sr
+    tone = np.where((t >= 1.0) & (t < 2.0), 0.2 * np.sin(2 * np.pi * 440 * t), 0.0) + 1e-3 * np.sin(2 * np.pi * 90 * t)
+    clip, notes = eng.decode_upload(_encode(np.stack([tone, 0.5 * tone], axis=1), sr))
+    assert clip.shape == (eng.N_SAMPLES,)
+    assert np.max(np.abs(clip)) == pytest.approx(eng.UPLOAD_PEAK, rel=1e-9)
+    assert any("2 channels" in n for n in notes) and any("44100 Hz" in n for n in notes)
+    start = float([n for n in notes if "loudest" in n][0].split("used: ")[1].split("–")[0])
+    assert 0.875 <= start <= 1.0, notes
+    spec = np.abs(np.fft.rfft(clip * np.hanning(len(clip))))
+    assert np.fft.rfftfreq(len(clip), 1 / eng.SR)[int(np.argmax(spec))] == pytest.approx(440, abs=2)
+
+
+@pytest.mark.parametrize("fmt,subtype", [("FLAC", "PCM_16"), ("OGG", "VORBIS"), ("MP3", "MPEG_LAYER_III")])
+def test_upload_formats_decode(fmt, subtype):
+    import soundfile as sf
+
+    if fmt not in sf.available_formats():
+        pytest.skip(f"this libsndfile has no {fmt}")
+    sr = 16000
+    t = np.arange(int(0.6 * sr)) / sr
+    clip, notes = eng.decode_upload(_encode(0.3 * np.sin(2 * np.pi * 300 * t), sr, fmt, subtype))
+    assert clip.shape == (eng.N_SAMPLES,) and np.all(np.isfinite(clip))
+    assert any("padded with silence" in n for n in notes)
+    assert np.max(np.abs(clip[int(0.7 * eng.SR):])) == 0.0          # the padding is silence
+    spec = np.abs(np.fft.rfft(clip[:int(0.5 * eng.SR)]))
+    assert np.fft.rfftfreq(int(0.5 * eng.SR), 1 / eng.SR)[int(np.argmax(spec))] == pytest.approx(300, abs=4)
+
+
+def test_bad_uploads_give_clear_messages():
+    from engine.core import InputError
+
+    sr = 8000
+    nan = np.full(4000, 0.1)
+    nan[100] = np.nan
+    cases = {
+        b"": "empty",
+        b"these are my notes, not a recording" * 20: "could not be read as audio",
+        _encode(0.1 * np.ones(4000), sr)[:30]: "could not be read as audio",       # cut inside the header
+        _encode(np.zeros(8000), sr): "every sample is zero",
+        _encode(np.full(8000, 1e-6), sr, subtype="FLOAT"): "silent",
+        _encode(0.1 * np.ones(800), sr): "at least 250 ms",
+        _encode(nan, sr, subtype="FLOAT"): "not finite",
+        b"\0" * (eng.MAX_UPLOAD_BYTES + 1): "the limit is 5 MB",
+    }
+    for data, needle in cases.items():
+        with pytest.raises(InputError, match=needle):
+            eng.decode_upload(data)
+
+
+def test_long_upload_is_searched_only_in_its_first_seconds():
+    sr = 8000
+    x = np.zeros(int((eng.MAX_UPLOAD_SECONDS + 5) * sr))
+    x[: sr // 2] = 0.05                                   # quiet, early
+    x[-sr // 2:] = 0.9                                    # loud, but past the searched part
+    clip, notes = eng.decode_upload(_encode(x, sr))
+    assert np.max(np.abs(clip)) == pytest.approx(eng.UPLOAD_PEAK)
+    assert any(f"first {eng.MAX_UPLOAD_SECONDS:.0f} s" in n for n in notes)
+    assert any("0.00–1.02 s" in n for n in notes), notes
+
+
+def test_run_upload_vocodes_the_file_and_keeps_the_claims_on_the_synthetic_clips(default_result):
+    sr = 8000
+    payload = _encode(eng.synth_clip(123) * 0.8, sr)          # any recording; a synthetic one keeps it quick
+    res = eng.run_upload(eng.Config(), payload=payload)
+    clip, notes = eng.decode_upload(payload)
+    np.testing.assert_allclose(res.audio["original"], clip)
+    assert res.source == "your recording" and res.notes == notes
+    assert res.metrics["lsd_shown"] == pytest.approx(eng.lsd(clip, res.audio["RFWave"]))
+    for a, b in zip(eng.claims(res), eng.claims(default_result)):
+        if a.label not in eng.TIMING_CLAIM_LABELS:
+            assert a.measured == pytest.approx(b.measured, rel=1e-9), a.label
+    assert default_result.source == "held-out synthetic clip 0" and default_result.notes == []
