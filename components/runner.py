@@ -132,6 +132,24 @@ def run_or_message(module_name: str, config, label: str = "Computing", fn: str =
         return None
 
 
+def run_on_upload(module_name: str, config, upload, max_bytes: int, label: str, fallback: str) -> Any | None:
+    """``module.run_upload(config, payload=<the file's bytes>)`` for a ``st.file_uploader`` value, or ``None``.
+
+    ``None`` when nothing is uploaded, and, with a message, when the file is over ``max_bytes`` or the engine
+    refuses it (``InputError``); ``fallback`` then says what the page shows instead (its generated data)."""
+    if upload is None:
+        return None
+    result = None
+    if upload.size > max_bytes:
+        st.error(f"{upload.name}: {upload.size / 2**20:.1f} MB is over the {max_bytes // 2**20} MB limit; it was "
+                 "ignored.", icon=":material/error:")
+    else:
+        result = run_or_message(module_name, config, label=label, fn="run_upload", payload=upload.getvalue())
+    if result is None:
+        st.caption(f":material/info: {fallback}")
+    return result
+
+
 def run_or_stop(module_name: str, config, label: str = "Computing", fn: str = "run",
                 payload: bytes | None = None) -> Any:
     """``run_cached``, but an ``engine.core.InputError`` becomes a clear message and stops the page."""

@@ -22,6 +22,7 @@ over time windows, GraphRNN style), which must build every snapshot graph.
 
 from __future__ import annotations
 
+import io
 import time
 from dataclasses import dataclass, field
 
@@ -98,6 +99,9 @@ class Result:
     rho_names: list[str]                    # metric names (rows of rho_table)
     rho_table: np.ndarray                   # Spearman rho(strength, metric): metrics x perturbations
     metrics: dict[str, float] = field(default_factory=dict)
+    kinds: tuple[str, ...] = PERTURBATIONS  # the perturbations applied (no feature noise without features)
+    source: str = "synthetic"               # what the reference stream is
+    notes: list[str] = field(default_factory=list)   # how an uploaded stream was read
 
 
 # --------------------------------------------------------------------------- data
@@ -293,8 +297,9 @@ def snapshot_descriptors(g: Stream, n_snap: int, feat_bins: int = 20) -> dict[st
     deg_h, clu_h, spec_h, feat_h = [], [], [], []
     edges = np.linspace(g.t.min(), g.t.max() + 1e-9, n_snap + 1)
     which = np.clip(np.searchsorted(edges, g.t, side="right") - 1, 0, n_snap - 1)
-    f0 = g.msg[:, 0]
-    fr = (float(f0.min()) - 1.0, float(f0.max()) + 1.0)
+    has_features = g.msg.shape[1] > 0           # an uploaded stream may have none: no feature histogram then
+    f0 = g.msg[:, 0] if has_features else None
+    fr = (float(f0.min()) - 1.0, float(f0.max()) + 1.0) if has_features else None
     for s, A in enumerate(snapshots(g, n_snap)):
         deg = np.asarray(A.sum(axis=1)).ravel().astype(int)
         h = np.bincount(deg, minlength=64)[:64].astype(float)
@@ -306,10 +311,13 @@ def snapshot_descriptors(g: Stream, n_snap: int, feat_bins: int = 20) -> dict[st
         ev = laplacian_spectrum(A)
         h, _ = np.histogram(ev, bins=40, range=(-1e-5, 2.0 + 1e-5))
         spec_h.append(h / max(h.sum(), 1))
-        h, _ = np.histogram(f0[which == s], bins=feat_bins, range=fr)
-        feat_h.append(h / max(h.sum(), 1))
-    return {"degree": np.array(deg_h), "clustering": np.array(clu_h), "spectrum": np.array(spec_h),
-            "feature": np.array(feat_h)}
+        if has_features:
+            h, _ = np.histogram(f0[which == s], bins=feat_bins, range=fr)
+            feat_h.append(h / max(h.sum(), 1))
+    out = {"degree": np.array(deg_h), "clustering": np.array(clu_h), "spectrum": np.array(spec_h)}
+    if has_features:
+        out["feature"] = np.array(feat_h)
+    return out
 
 
 def mmd2(X: np.ndarray, Y: np.ndarray, sigma: float = 1.0) -> float:
@@ -343,6 +351,130 @@ def _median_time(fn, repeats: int) -> float:
     return float(np.median(ts))
 
 
+# --------------------------------------------------------------------------- uploads
+
+MAX_UPLOAD_BYTES = 5 * 2**20      # the app's upload cap (.streamlit/config.toml)
+MAX_UPLOAD_EVENTS = 10_000        # the Events slider's maximum
+MAX_UPLOAD_NODES = 400            # the Nodes slider's maximum: snapshot metrics diagonalise n x n Laplacians
+MAX_UPLOAD_FEATURES = 16          # the feature-dimension slider's maximum
+MIN_UPLOAD_EVENTS = 50
+MIN_UPLOAD_NODES = 5
+
+
+def _as_dates(values):
+    """pandas datetimes (UTC) of text, NaT where a value is not a date; quiet about per-element parsing."""
+    import warnings
+
+    import pandas as pd
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return pd.to_datetime(values, errors="coerce", utc=True)
+
+
+def _number_column(col, name: str) -> np.ndarray:
+    import pandas as pd
+
+    vals = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(vals)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InputError(f"column {name}: {str(col.iloc[row])[:30]!r} (event {row + 1}) is not a finite number")
+    return vals
+
+
+def parse_upload(data: bytes) -> tuple[Stream, list[str]]:
+    """A CSV event stream -> (Stream, notes). Columns by position: source, destination, time, then any numeric
+    feature columns. A header row is optional; node ids may be any text. Times may be numbers or dates.
+
+    Self-loops are dropped; a stream with more than MAX_UPLOAD_NODES nodes keeps the events among its most active
+    ones, and one with more than MAX_UPLOAD_EVENTS events keeps its earliest. Anything unusable raises
+    ``InputError`` with a message for the user."""
+    import pandas as pd
+
+    if not isinstance(data, bytes | bytearray) or not data.strip():
+        raise InputError("The uploaded file is empty.")
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise InputError(f"The file is {len(data) / 2**20:.1f} MB; the limit is {MAX_UPLOAD_BYTES // 2**20} MB.")
+    try:
+        text = bytes(data).decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError("The file is not UTF-8 text; expected a CSV of events (source, destination, time, "
+                         "features...).") from None
+    try:
+        df = pd.read_csv(io.StringIO(text), header=None, sep=None, engine="python", dtype=str,
+                         skipinitialspace=True, comment="#")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, TypeError) as e:
+        raise InputError(f"The file could not be read as a CSV table: {str(e).splitlines()[0][:120]}") from None
+    notes: list[str] = []
+    if df.shape[1] < 3:
+        raise InputError(f"Found {df.shape[1]} column(s); expected at least 3: source, destination, time "
+                         "(then optional numeric features).")
+    df = df.dropna(how="all")
+    if len(df) and pd.isna(pd.to_numeric(df.iloc[0, 2], errors="coerce")) and pd.isna(_as_dates([df.iloc[0, 2]])[0]):
+        header = [str(v) for v in df.iloc[0]]
+        df = df.iloc[1:]
+        notes.append("header row: " + ", ".join(h[:20] for h in header[:6]) + (" …" if len(header) > 6 else ""))
+    else:
+        header = [f"column {j + 1}" for j in range(df.shape[1])]
+    if df.iloc[:, :3].isna().any().any():
+        row = int(np.flatnonzero(df.iloc[:, :3].isna().any(axis=1).to_numpy())[0])
+        raise InputError(f"event {row + 1} lacks a source, destination or time")
+    tcol = df.iloc[:, 2]
+    if pd.to_numeric(tcol, errors="coerce").notna().all():
+        t = _number_column(tcol, header[2])
+    else:
+        stamps = _as_dates(tcol)
+        if stamps.isna().any():
+            row = int(np.flatnonzero(stamps.isna().to_numpy())[0])
+            raise InputError(f"time column {header[2]!r}: {str(tcol.iloc[row])[:30]!r} (event {row + 1}) is "
+                             "neither a number nor a date")
+        t = (stamps - stamps.min()).dt.total_seconds().to_numpy(dtype=np.float64)
+        notes.append("times read as dates")
+    feats = df.iloc[:, 3:]
+    if feats.shape[1] > MAX_UPLOAD_FEATURES:
+        notes.append(f"only the first {MAX_UPLOAD_FEATURES} of {feats.shape[1]} feature columns are used")
+        feats = feats.iloc[:, :MAX_UPLOAD_FEATURES]
+    msg = np.column_stack([_number_column(feats.iloc[:, j], repr(header[3 + j])) for j in range(feats.shape[1])]) \
+        if feats.shape[1] else np.zeros((len(df), 0))
+    src_id = df.iloc[:, 0].astype(str).str.strip().to_numpy()
+    dst_id = df.iloc[:, 1].astype(str).str.strip().to_numpy()
+
+    keep = src_id != dst_id
+    if not keep.all():
+        notes.append(f"{int((~keep).sum())} self-loop(s) dropped")
+    src_id, dst_id, t, msg = src_id[keep], dst_id[keep], t[keep], msg[keep]
+    order = np.argsort(t, kind="stable")
+    src_id, dst_id, t, msg = src_id[order], dst_id[order], t[order], msg[order]
+    ids, inv = np.unique(np.concatenate([src_id, dst_id]), return_inverse=True)
+    m = len(t)
+    src, dst = inv[:m], inv[m:]
+    if len(ids) > MAX_UPLOAD_NODES:
+        activity = np.bincount(inv, minlength=len(ids))
+        top = np.zeros(len(ids), dtype=bool)
+        top[np.argsort(-activity, kind="stable")[:MAX_UPLOAD_NODES]] = True
+        sel = top[src] & top[dst]
+        notes.append(f"{len(ids)} nodes: the {sel.sum()} events among the {MAX_UPLOAD_NODES} most active are kept")
+        src, dst, t, msg = src[sel], dst[sel], t[sel], msg[sel]
+    if len(t) > MAX_UPLOAD_EVENTS:
+        notes.append(f"{len(t)} events: the earliest {MAX_UPLOAD_EVENTS} are kept")
+        src, dst, t, msg = src[:MAX_UPLOAD_EVENTS], dst[:MAX_UPLOAD_EVENTS], t[:MAX_UPLOAD_EVENTS], msg[:MAX_UPLOAD_EVENTS]
+    _, inv = np.unique(np.concatenate([src, dst]), return_inverse=True)     # ids 0..n-1 of the nodes left
+    n_nodes = int(inv.max()) + 1 if len(inv) else 0
+    if len(t) < MIN_UPLOAD_EVENTS or n_nodes < MIN_UPLOAD_NODES:
+        raise InputError(f"{len(t)} usable events between {n_nodes} nodes; at least {MIN_UPLOAD_EVENTS} events "
+                         f"and {MIN_UPLOAD_NODES} nodes are needed.")
+    if np.ptp(t) <= 0:
+        raise InputError("All events have the same time; a dynamic graph needs events spread over time.")
+    if not np.isfinite(np.ptp(t)):
+        raise InputError("The times span more than a float can hold; rescale the time column.")
+    if msg.shape[1] == 0:
+        notes.append("no feature columns: the feature-noise perturbation is left out")
+    notes.append(f"{len(t)} events, {n_nodes} nodes, {msg.shape[1]} feature(s)")
+    return Stream(inv[: len(t)].astype(np.int64), inv[len(t):].astype(np.int64), (t - t.min()) / np.ptp(t),
+                  msg.astype(np.float64), n_nodes), notes
+
+
 def run(config: Config, progress=None) -> Result:
     # small dense matrices: one BLAS thread is faster than several fighting over a shared CPU
     from threadpoolctl import threadpool_limits
@@ -351,30 +483,47 @@ def run(config: Config, progress=None) -> Result:
         return _run(config, progress)
 
 
-def _run(config: Config, progress=None) -> Result:
+def run_upload(config: Config, progress=None, payload: bytes = b"") -> Result:
+    """``run`` with an uploaded event stream as the reference (Nodes, Events and feature dimension then come from
+    the file; the runtime race still uses synthetic streams)."""
+    from threadpoolctl import threadpool_limits
+
+    report(progress, 0.0, "reading the upload")
+    ref, notes = parse_upload(payload)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _run(config, progress, ref=ref, notes=notes)
+
+
+def _run(config: Config, progress=None, ref: Stream | None = None, notes: list[str] | None = None) -> Result:
     rng = seed_everything(config.seed)
     c = config
-    ref = make_stream(c.n_nodes, c.n_events, c.feat_dim, rng)
+    source = "synthetic"
+    if ref is None:
+        ref = make_stream(c.n_nodes, c.n_events, c.feat_dim, rng)
+    else:
+        source = "upload"
+    n_nodes = ref.n_nodes
+    kinds = PERTURBATIONS if ref.msg.shape[1] else tuple(k for k in PERTURBATIONS if k != "feature noise")
     strengths = np.linspace(0.0, c.max_strength, c.levels)
 
     # all perturbed graphs first, so that one projector fits every stream of the comparison
     span = ProgressSpan(progress, 0.0, 0.55, "perturbation sweep: ")
     graphs: dict[tuple[str, int, int], Stream] = {}
-    for kind in PERTURBATIONS:
+    for kind in kinds:
         for i, p in enumerate(strengths):
             for r in range(c.repeats):
                 graphs[(kind, i, r)] = perturb(ref, kind, float(p), rng)
     n_slots = max(slots_needed(g) for g in [ref, *graphs.values()])
-    proj = Projector.make(n_slots, c.n_nodes, c.node_dim, c.graph_dim, c.seed)
+    proj = Projector.make(n_slots, n_nodes, c.node_dim, c.graph_dim, c.seed)
     G_ref = proj.sketch(ref)
     ref_desc = snapshot_descriptors(ref, c.n_snapshots)
 
     jl, jl_sd, snap = {}, {}, {}
     sketches = [G_ref]
     members = [ref]
-    total = len(PERTURBATIONS) * c.levels
+    total = len(kinds) * c.levels
     step = 0
-    for kind in PERTURBATIONS:
+    for kind in kinds:
         vals = np.zeros((c.levels, c.repeats))
         sm: dict[str, list[float]] = {}
         for i in range(c.levels):
@@ -429,10 +578,10 @@ def _run(config: Config, progress=None) -> Result:
         t_nodes.append(nn_)
         tspan((j + 1) / len(sizes), f"{ne} events timed")
 
-    rho = {kind: _spearman(strengths, jl[kind]) for kind in PERTURBATIONS}
+    rho = {kind: _spearman(strengths, jl[kind]) for kind in kinds}
     rho_names = ["JL metric", *(f"snapshot {k} MMD" for k in ref_desc)]
-    rho_table = np.array([[rho[k] for k in PERTURBATIONS]]
-                         + [[_spearman(strengths, snap[k][name]) for k in PERTURBATIONS] for name in ref_desc])
+    rho_table = np.array([[rho[k] for k in kinds]]
+                         + [[_spearman(strengths, snap[k][name]) for k in kinds] for name in ref_desc])
     metrics = {
         "min_spearman": min(rho.values()),
         **{f"spearman_{k.replace(' ', '_')}": v for k, v in rho.items()},
@@ -445,21 +594,23 @@ def _run(config: Config, progress=None) -> Result:
         "time_jl_largest": t_jl[-1],
         "time_snap_largest": t_snap[-1],
         "largest_events": float(t_ev[-1]),
-        "feature_noise_degree_mmd_max": float(np.max(snap["feature noise"]["degree"])),
+        **({"feature_noise_degree_mmd_max": float(np.max(snap["feature noise"]["degree"]))}
+           if "feature noise" in snap else {}),
     }
     report(progress, 1.0, "done")
     return Result(strengths, jl, jl_sd, snap, ex, pr, eps, np.array(t_ev), np.array(t_nodes),
-                  np.array(t_jl), np.array(t_snap), rho_names, rho_table, metrics)
+                  np.array(t_jl), np.array(t_snap), rho_names, rho_table, metrics, kinds=kinds, source=source,
+                  notes=list(notes or ()))
 
 
 def claims(result: Result) -> list:
     from engine.core import Claim
 
     m = result.metrics
-    weakest = min(PERTURBATIONS, key=lambda k: m[f"spearman_{k.replace(' ', '_')}"])
+    weakest = min(result.kinds, key=lambda k: m[f"spearman_{k.replace(' ', '_')}"])
     return [
         Claim("The JL metric grows monotonically with the strength of every perturbation "
-              "(edge rewiring, feature noise, time shuffling)",
+              f"({', '.join(result.kinds)})",
               m["min_spearman"], ">=", 0.9, label="lowest Spearman ρ(strength, metric)",
               detail=f"weakest: {weakest}; ρ = 1 means perfectly monotone", fmt=".3f"),
         Claim("It is far cheaper than snapshot-based metrics at scale (timed side by side)",

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from components import charts, download, layout, state
-from components.runner import run_or_stop
+from components.runner import run_on_upload, run_or_stop
 from engine import jl_dynamic_graph_metric as eng
 
 SLUG = "jl-dynamic-graph-metric"
@@ -34,36 +34,57 @@ layout.paper_header(
 cfg = state.bind_config(eng.Config, SLUG)
 state.share_link(cfg)
 layout.device_indicator()
-res = run_or_stop("engine.jl_dynamic_graph_metric", cfg, label="Perturbing, sketching and timing")
+
+with st.expander("Use your own event stream (CSV)", icon=":material/upload_file:"):
+    st.caption(f"Up to {eng.MAX_UPLOAD_BYTES // 2**20} MB. One event per row: source, destination, time, then any "
+               f"numeric feature columns (up to {eng.MAX_UPLOAD_FEATURES}); comma, tab or semicolon separated, a "
+               "header row optional, node ids may be any text, times numbers or dates. Your stream becomes the "
+               f"reference that is perturbed and sketched; at most {eng.MAX_UPLOAD_NODES} nodes (the most active) "
+               f"and {eng.MAX_UPLOAD_EVENTS:,} events (the earliest) are used, so the snapshot metrics stay within "
+               "the time budget. The Nodes, Events and feature-dimension settings then apply only to the runtime "
+               "race, and a shared link cannot carry the file: it opens on the synthetic stream.")
+    upload = st.file_uploader("Event stream", type=["csv", "tsv", "txt"], key=f"{SLUG}:upload")
+
+res = run_on_upload("engine.jl_dynamic_graph_metric", cfg, upload, eng.MAX_UPLOAD_BYTES,
+                    label="Reading, perturbing and sketching your stream",
+                    fallback="The synthetic stream is used instead until the file is replaced or removed.")
+if res is None:
+    res = run_or_stop("engine.jl_dynamic_graph_metric", cfg, label="Perturbing, sketching and timing")
+if res.source == "upload":
+    st.caption(f":material/dataset: Reference stream: {upload.name} — " + "; ".join(res.notes) + ".")
+else:
+    st.caption(f":material/dataset: Reference stream: synthetic temporal block model, {cfg.n_nodes} nodes, "
+               f"{cfg.n_events:,} events, {cfg.feat_dim} feature(s).")
 layout.claims_panel(eng.claims(res))
 
 st.subheader("The metric against perturbation strength")
 x = res.strengths
-charts.show(charts.lines(x, {k: res.jl[k] for k in eng.PERTURBATIONS},
-                         bands={k: (res.jl[k] - res.jl_sd[k], res.jl[k] + res.jl_sd[k]) for k in eng.PERTURBATIONS},
+charts.show(charts.lines(x, {k: res.jl[k] for k in res.kinds},
+                         bands={k: (res.jl[k] - res.jl_sd[k], res.jl[k] + res.jl_sd[k]) for k in res.kinds},
                          title="JL distance to the reference stream (mean ± sd over repeats)",
                          xlabel="perturbation strength", ylabel="1 − mean column cosine", mode="lines+markers"),
             key="jl-sweep")
-st.caption("A strength of 0 gives exactly 0: the same stream gives the same sketch. Feature noise moves "
-           "the metric less than rewiring, but it moves it monotonically — the snapshot topology metrics "
-           "below do not see it at all.")
+st.caption("A strength of 0 gives exactly 0: the same stream gives the same sketch."
+           + (" On the default stream feature noise moves the metric less than rewiring, but it moves it "
+              "monotonically — the snapshot topology metrics below do not see it at all."
+              if "feature noise" in res.kinds else " This stream has no features, so there is no feature noise."))
 
-tabs = st.tabs(list(eng.PERTURBATIONS))
-for tab, kind in zip(tabs, eng.PERTURBATIONS):
+tabs = st.tabs(list(res.kinds))
+for tab, kind in zip(tabs, res.kinds):
     with tab:
         charts.show(charts.lines(x, {f"{n} MMD²": v for n, v in res.snap[kind].items()},
                                  title=f"Snapshot metrics under {kind} ({cfg.n_snapshots} windows)",
                                  xlabel="perturbation strength", ylabel="MMD² over snapshots",
                                  mode="lines+markers"), key=f"snap-{kind}")
 
-charts.show(charts.heatmap(res.rho_table, x=list(eng.PERTURBATIONS), y=res.rho_names, zmin=-1, zmax=1,
+charts.show(charts.heatmap(res.rho_table, x=list(res.kinds), y=res.rho_names, zmin=-1, zmax=1,
                            title="Does each metric rise with the perturbation? Spearman ρ(strength, metric)",
                            colorbar_title="ρ", height=330), key="rho")
-st.caption("ρ = 0 marks a metric that stays flat. The JL score is the only single number that tracks all "
-           "three kinds of damage.")
+st.caption("ρ = 0 marks a metric that stays flat. Read off which single number tracks every kind of damage; on "
+           "the default stream only the JL score tracks all three.")
 
 rows = []
-for kind in eng.PERTURBATIONS:
+for kind in res.kinds:
     for i, p in enumerate(x):
         row = {"perturbation": kind, "strength": p, "jl_distance": res.jl[kind][i], "jl_sd": res.jl_sd[kind][i]}
         row.update({f"snapshot_{n}_mmd2": v[i] for n, v in res.snap[kind].items()})

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from components import charts, download, layout, state
-from components.runner import run_or_message, run_or_stop
+from components.runner import run_on_upload, run_or_stop
 from engine import rfwave as eng
 from engine.core import Choice
 
@@ -51,16 +51,8 @@ with st.expander("Vocode your own recording (WAV, FLAC, OGG or MP3)", icon=":mat
                "test clips, and a shared link cannot carry the file: it opens on the synthetic clip.")
     upload = st.file_uploader("Audio file", type=list(eng.UPLOAD_FORMATS), key=f"{SLUG}:upload")
 
-res = None
-if upload is not None:
-    if upload.size > eng.MAX_UPLOAD_BYTES:
-        layout.show_error(f"{upload.name}: {upload.size / 2**20:.1f} MB is over the "
-                          f"{eng.MAX_UPLOAD_BYTES // 2**20} MB limit; it was ignored.")
-    else:
-        res = run_or_message("engine.rfwave", cfg, label="Vocoding your recording", fn="run_upload",
-                             payload=upload.getvalue())
-    if res is None:
-        st.caption(":material/info: The synthetic test clip is shown instead until the file is replaced or removed.")
+res = run_on_upload("engine.rfwave", cfg, upload, eng.MAX_UPLOAD_BYTES, label="Vocoding your recording",
+                    fallback="The synthetic test clip is shown instead until the file is replaced or removed.")
 if res is None:
     res = run_or_stop("engine.rfwave", cfg, label="Sampling the flow")
 claims = eng.claims(res)

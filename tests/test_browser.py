@@ -484,40 +484,63 @@ def test_mesh_upload_in_browser(server, driver, tmp_path):
     assert f"{len(src.verts):,} /" not in vertices_metric(), "the failed upload must not leave the old result up"
 
 
-def test_audio_upload_in_browser(server, driver, tmp_path):
-    """RFWave's own-recording uploader, for real: a 16 kHz WAV is resampled and vocoded (the notes say so and the
-    metrics change); a file that is not audio gives a clear message, no traceback, and the synthetic clip returns."""
-    import soundfile as sf
+def _upload_round_trip(driver, url: str, expander: str, before: str, good, after_good: str, bad,
+                       after_bad: str) -> tuple[str, str]:
+    """Open ``url`` (showing ``before``), open the uploader's expander, upload ``good`` until ``after_good`` shows,
+    then ``bad`` until ``after_bad`` shows. Returns the page text after each upload."""
     from selenium.webdriver.common.by import By
 
-    from engine import rfwave as eng
+    driver.get(url)
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    _wait_for_text(driver, before, 30)
+    for summary in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stExpander'] summary"):
+        if expander in summary.text:
+            summary.click()
+    _wait_for_text(driver, "5MB per file", 30)  # the widget states the app's cap, which is the engines' cap
+    driver.find_elements(By.CSS_SELECTOR, "input[type='file']")[0].send_keys(str(good))
+    body_good = _wait_for_text(driver, after_good, PAGE_TIMEOUT)
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    driver.find_elements(By.CSS_SELECTOR, "input[type='file']")[0].send_keys(str(bad))
+    body_bad = _wait_for_text(driver, after_bad, PAGE_TIMEOUT)
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    alerts = " ".join(a.text for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stAlert']"))
+    assert before in body_bad and "Claims, measured" in body_bad, "the page must fall back to its own data"
+    return body_good, alerts
+
+
+def test_audio_upload_in_browser(server, driver, tmp_path):
+    """RFWave's own-recording uploader, for real: a 16 kHz WAV is resampled and vocoded (the notes say so); a file
+    that is not audio gives a clear message, no traceback, and the synthetic clip returns."""
+    import soundfile as sf
 
     good = tmp_path / "voice.wav"
     t = np.arange(int(1.5 * 16000)) / 16000
     sf.write(good, 0.3 * np.sin(2 * np.pi * 330 * t) * (1 + np.sin(2 * np.pi * 3 * t)), 16000)
     bad = tmp_path / "notes.wav"
     bad.write_text("these are my notes, not a recording\n")
-
-    base, _ = server
-    driver.get(f"{base}/rfwave")
-    _wait_rendered(driver, PAGE_TIMEOUT)
-    _wait_for_text(driver, "Shown: held-out synthetic clip 0.", 30)
-    for summary in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stExpander'] summary"):
-        if "own recording" in summary.text:
-            summary.click()
-    _wait_for_text(driver, f"{eng.MAX_UPLOAD_BYTES // 2**20}MB per file", 30)  # the widget states the engine's cap
-
-    driver.find_elements(By.CSS_SELECTOR, "input[type='file']")[0].send_keys(str(good))
-    body = _wait_for_text(driver, "Shown: your recording, voice.wav", PAGE_TIMEOUT)
-    _wait_rendered(driver, PAGE_TIMEOUT)
+    body, alerts = _upload_round_trip(driver, f"{server[0]}/rfwave", "own recording", "Shown: held-out synthetic "
+                                      "clip 0.", good, "Shown: your recording, voice.wav", bad,
+                                      "synthetic test clip is shown instead")
     assert "resampled from 16000 Hz" in body and "the loudest 1.024 s" in body, body[-2000:]
-
-    driver.find_elements(By.CSS_SELECTOR, "input[type='file']")[0].send_keys(str(bad))
-    body = _wait_for_text(driver, "synthetic test clip is shown instead", PAGE_TIMEOUT)
-    _wait_rendered(driver, PAGE_TIMEOUT)
-    alerts = " ".join(a.text for a in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stAlert']"))
     assert "could not be read as audio" in alerts, alerts
-    assert "Shown: held-out synthetic clip 0." in body and "Claims, measured" in body
+
+
+def test_event_stream_upload_in_browser(server, driver, tmp_path):
+    """JL-Metric's CSV uploader, for real: a stream with text ids and a header becomes the reference (the page says
+    so and the claims are measured on it); a CSV with too few columns gives a message and the synthetic stream."""
+    from engine import jl_dynamic_graph_metric as eng
+
+    g = eng.make_stream(80, 1200, 2, np.random.default_rng(5))
+    good = tmp_path / "my_stream.csv"
+    good.write_text("user,item,ts,a,b\n" + "".join(f"u{s},i{d},{t:.6f},{m[0]:.4f},{m[1]:.4f}\n"
+                                                    for s, d, t, m in zip(g.src, g.dst, g.t, g.msg)))
+    bad = tmp_path / "pairs.csv"
+    bad.write_text("a,b\n1,2\n3,4\n")
+    body, alerts = _upload_round_trip(driver, f"{server[0]}/jl_dynamic_graph_metric", "own event stream",
+                                      "Reference stream: synthetic temporal block model", good,
+                                      "Reference stream: my_stream.csv", bad, "synthetic stream is used instead")
+    assert "1200 events" in body and "2 feature(s)" in body, body[-2000:]
+    assert "expected at least 3" in alerts, alerts
 
 
 def test_download_buttons_deliver_their_files(server, driver):

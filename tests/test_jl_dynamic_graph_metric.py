@@ -106,3 +106,93 @@ def test_topology_only_baseline_would_fail_the_monotone_claim(default_result):
 def test_bad_input():
     with pytest.raises(InputError):
         eng.make_stream(4, 100, 2, np.random.default_rng(0))
+
+
+# ------------------------------------------------------------------------------------------------- uploads
+
+def _csv(g, sep=",", header=True, ids=str, times=None) -> bytes:
+    rows = (["src", "dst", "time"] + [f"x{j}" for j in range(g.msg.shape[1])]) if header else None
+    lines = [sep.join(rows)] if rows else []
+    for i in range(len(g.t)):
+        t = times[i] if times is not None else repr(float(g.t[i]))
+        lines.append(sep.join([ids(int(g.src[i])), ids(int(g.dst[i])), t] + [repr(float(v)) for v in g.msg[i]]))
+    return "\n".join(lines).encode()
+
+
+def test_upload_reads_back_the_stream_it_was_written_from(stream):
+    """A CSV of a stream parses back to the same events up to a relabelling of the nodes (text ids sort
+    lexicographically): edges, normalised times and features equal, and the JL distance between the two is 0."""
+    parsed, notes = eng.parse_upload(_csv(stream, ids=lambda i: f"user-{i}"))
+    assert notes[0].startswith("header row: src, dst, time")
+    names = sorted({f"user-{i}" for i in np.concatenate([stream.src, stream.dst])})
+    to_new = {int(n.split("-")[1]): k for k, n in enumerate(names)}
+    relabel = np.vectorize(to_new.get)
+    np.testing.assert_array_equal(parsed.src, relabel(stream.src))
+    np.testing.assert_array_equal(parsed.dst, relabel(stream.dst))
+    np.testing.assert_allclose(parsed.t, (stream.t - stream.t.min()) / np.ptp(stream.t), atol=1e-12)
+    np.testing.assert_allclose(parsed.msg, stream.msg, atol=1e-12)
+    same = eng.Stream(relabel(stream.src), relabel(stream.dst), stream.t, stream.msg, parsed.n_nodes)
+    assert eng.jl_metric(parsed, same) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_upload_variants_tabs_dates_no_header_no_features(stream):
+    base = eng.parse_upload(_csv(stream))[0]
+    plain = eng.Stream(stream.src, stream.dst, stream.t, np.zeros((len(stream.t), 0)), stream.n_nodes)
+    dates = [str(np.datetime64("2024-01-01T00:00:00") + np.timedelta64(int(round(t * 86400)), "s"))
+             for t in stream.t]
+    g, notes = eng.parse_upload(_csv(plain, sep="\t", header=False, times=dates))
+    assert "times read as dates" in notes and any("feature-noise perturbation is left out" in n for n in notes)
+    np.testing.assert_allclose(g.t, base.t, atol=2e-5)              # whole seconds of one day
+    np.testing.assert_array_equal(g.src, base.src)
+    assert g.msg.shape == (len(stream.t), 0)
+
+
+def test_upload_caps_keep_the_most_active_nodes_and_the_earliest_events():
+    rng = np.random.default_rng(3)
+    n, m = eng.MAX_UPLOAD_NODES + 100, eng.MAX_UPLOAD_EVENTS + 3000
+    weights = 1.0 / np.arange(1, n + 1)                             # node k is less active than node k - 1
+    src = rng.choice(n, size=m, p=weights / weights.sum())
+    dst = (src + 1 + rng.integers(0, n - 1, size=m)) % n
+    g = eng.Stream(src, dst, np.sort(rng.random(m)), rng.normal(size=(m, 1)), n)
+    data = _csv(g, ids=lambda i: str(i))
+    parsed, notes = eng.parse_upload(data)
+    assert parsed.n_nodes <= eng.MAX_UPLOAD_NODES and len(parsed.t) == eng.MAX_UPLOAD_EVENTS
+    # brute force: the kept events are exactly the earliest events between the most active nodes
+    activity = np.bincount(np.concatenate([src, dst]), minlength=n)
+    top = set(np.argsort(-activity, kind="stable")[:eng.MAX_UPLOAD_NODES].tolist())
+    keep = np.array([s in top and d in top for s, d in zip(src, dst)])
+    np.testing.assert_allclose(parsed.t * np.ptp(g.t[keep][:eng.MAX_UPLOAD_EVENTS]) + g.t[keep][0],
+                               g.t[keep][:eng.MAX_UPLOAD_EVENTS], atol=1e-9)
+    assert any("most active" in x for x in notes) and any("the earliest" in x for x in notes)
+
+
+def test_bad_uploads_give_clear_messages(stream):
+    ok = _csv(stream).decode().splitlines()
+    cases = {
+        b"": "empty",
+        b"\xff\xfe\x00binary\x00": "not UTF-8",
+        b"a,b\n1,2\n3,4\n": "expected at least 3",
+        ("\n".join(ok[:30])).encode(): "at least 50 events",
+        ("\n".join(ok[:100] + ["7,8,yesterday-ish,1,2,3"])).encode(): "neither a number nor a date",
+        ("\n".join(ok[:100] + ["7,8,0.5,1,oops,3"])).encode(): "is not a finite number",
+        ("\n".join(ok[:100] + ["7,,0.5,1,2,3"])).encode(): "lacks a source",
+        ("\n".join([f"{i % 7},{(i + 1) % 7},1" for i in range(60)])).encode(): "same time",
+        ("\n".join([f"{i % 3},{(i + 1) % 3},{i}" for i in range(80)])).encode(): "5 nodes are needed",
+        ("\n".join([f"{i},{i},{i}" for i in range(80)])).encode(): "0 usable events",
+        b"x" * (eng.MAX_UPLOAD_BYTES + 1): "the limit is 5 MB",
+    }
+    for data, needle in cases.items():
+        with pytest.raises(InputError, match=needle):
+            eng.parse_upload(data)
+
+
+def test_run_upload_measures_the_claims_on_the_uploaded_stream(stream):
+    res = eng.run_upload(eng.Config(), payload=_csv(stream))
+    assert res.source == "upload" and res.kinds == eng.PERTURBATIONS
+    assert res.metrics["self_distance"] == pytest.approx(0.0, abs=1e-12)
+    for c in eng.claims(res):
+        assert c.passed, c.describe()
+    plain = eng.Stream(stream.src, stream.dst, stream.t, np.zeros((len(stream.t), 0)), stream.n_nodes)
+    res = eng.run_upload(eng.Config(), payload=_csv(plain))
+    assert res.kinds == ("edge rewiring", "time shuffling") and res.rho_table.shape == (4, 2)
+    assert "feature noise" not in eng.claims(res)[0].statement
