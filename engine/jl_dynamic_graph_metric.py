@@ -404,8 +404,9 @@ def parse_upload(data: bytes) -> tuple[Stream, list[str]]:
     try:
         df = pd.read_csv(io.StringIO(text), header=None, sep=None, engine="python", dtype=str,
                          skipinitialspace=True, comment="#")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, TypeError) as e:
-        raise InputError(f"The file could not be read as a CSV table: {str(e).splitlines()[0][:120]}") from None
+    except Exception as e:   # pandas' parser errors, the csv sniffer's "Could not determine delimiter", ...
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise InputError(f"The file could not be read as a CSV table: {first[:120]}") from None
     notes: list[str] = []
     if df.shape[1] < 3:
         raise InputError(f"Found {df.shape[1]} column(s); expected at least 3: source, destination, time "

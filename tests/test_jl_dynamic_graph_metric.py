@@ -1,6 +1,8 @@
 import networkx as nx
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.random_projection import johnson_lindenstrauss_min_dim
 
 from engine import jl_dynamic_graph_metric as eng
@@ -196,3 +198,22 @@ def test_run_upload_measures_the_claims_on_the_uploaded_stream(stream):
     res = eng.run_upload(eng.Config(), payload=_csv(plain))
     assert res.kinds == ("edge rewiring", "time shuffling") and res.rho_table.shape == (4, 2)
     assert "feature noise" not in eng.claims(res)[0].statement
+
+
+_field = st.one_of(st.text(max_size=8), st.integers(-5, 60).map(str),
+                   st.floats(allow_nan=True, allow_infinity=True).map(repr), st.just(""))
+_table = st.lists(st.lists(_field, max_size=6), max_size=120).map(
+    lambda rows: "\n".join(",".join(r) for r in rows).encode())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.binary(max_size=2000), _table))
+def test_any_file_gives_a_valid_stream_or_a_clear_message(data):
+    try:
+        g, notes = eng.parse_upload(data)
+    except InputError:
+        return
+    assert len(g.src) == len(g.dst) == len(g.t) == len(g.msg) >= eng.MIN_UPLOAD_EVENTS
+    assert 0 <= g.src.min() and max(g.src.max(), g.dst.max()) < g.n_nodes <= eng.MAX_UPLOAD_NODES
+    assert np.all(g.src != g.dst) and np.all(np.diff(g.t) >= 0) and g.t[0] == 0 and g.t[-1] == 1
+    assert np.all(np.isfinite(g.msg)) and notes

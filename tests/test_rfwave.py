@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import rfwave as eng
 from engine.core.nn import asset_path
@@ -358,3 +360,24 @@ def test_run_upload_vocodes_the_file_and_keeps_the_claims_on_the_synthetic_clips
         if a.label not in eng.TIMING_CLAIM_LABELS:
             assert a.measured == pytest.approx(b.measured, rel=1e-9), a.label
     assert default_result.source == "held-out synthetic clip 0" and default_result.notes == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["WAV", "FLAC", "junk"]), st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)),
+                                                          max_size=12), st.integers(0, 40_000))
+def test_any_damaged_file_gives_a_clip_or_a_clear_message(fmt, edits, cut):
+    """Byte edits and truncations of a real WAV / FLAC file, or random bytes: a valid clip or an InputError."""
+    from engine.core import InputError
+
+    rng = np.random.default_rng(cut)
+    data = bytearray(rng.integers(0, 256, size=cut % 3000, dtype=np.uint8).tobytes() if fmt == "junk" else
+                     _encode(0.3 * np.sin(np.arange(12000) / 5.0), 16000, fmt)[:cut])
+    for pos, byte in edits:
+        if pos < len(data):
+            data[pos] = byte
+    try:
+        clip, notes = eng.decode_upload(bytes(data))
+    except InputError:
+        return
+    assert clip.shape == (eng.N_SAMPLES,) and np.all(np.isfinite(clip)) and notes
+    assert np.max(np.abs(clip)) == pytest.approx(eng.UPLOAD_PEAK)
