@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from components import seed_notes
@@ -88,3 +90,12 @@ def device_indicator() -> None:
 
 def show_error(message: str) -> None:
     st.error(message, icon=":material/error:")
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
+
+
+def literal(text: str) -> str:
+    """User-supplied text (an uploaded file's name) for a Markdown string: every character that Markdown or its
+    LaTeX would read ($, *, _, [, ...) is backslash-escaped, so it shows as typed."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(text))

@@ -21,6 +21,8 @@ from typing import Any
 
 import streamlit as st
 
+from components.layout import literal
+
 MAX_ENTRIES = 64
 MAX_BYTES = 256 * 1024 * 1024
 
@@ -141,8 +143,8 @@ def run_on_upload(module_name: str, config, upload, max_bytes: int, label: str, 
         return None
     result = None
     if upload.size > max_bytes:
-        st.error(f"{upload.name}: {upload.size / 2**20:.1f} MB is over the {max_bytes // 2**20} MB limit; it was "
-                 "ignored.", icon=":material/error:")
+        st.error(f"{literal(upload.name)}: {upload.size / 2**20:.1f} MB is over the {max_bytes // 2**20} MB "
+                 "limit; it was ignored.", icon=":material/error:")
     else:
         result = run_or_message(module_name, config, label=label, fn="run_upload", payload=upload.getvalue())
     if result is None:

@@ -513,13 +513,13 @@ def test_audio_upload_in_browser(server, driver, tmp_path):
     that is not audio gives a clear message, no traceback, and the synthetic clip returns."""
     import soundfile as sf
 
-    good = tmp_path / "voice.wav"
+    good = tmp_path / "voice $1$ *take*_[2].wav"          # shown as typed, not as LaTeX / emphasis / a link
     t = np.arange(int(1.5 * 16000)) / 16000
     sf.write(good, 0.3 * np.sin(2 * np.pi * 330 * t) * (1 + np.sin(2 * np.pi * 3 * t)), 16000)
     bad = tmp_path / "notes.wav"
     bad.write_text("these are my notes, not a recording\n")
     body, alerts = _upload_round_trip(driver, f"{server[0]}/rfwave", "own recording", "Shown: held-out synthetic "
-                                      "clip 0.", good, "Shown: your recording, voice.wav", bad,
+                                      "clip 0.", good, "Shown: your recording, voice $1$ *take*_[2].wav", bad,
                                       "synthetic test clip is shown instead")
     assert "resampled from 16000 Hz" in body and "the loudest 1.024 s" in body, body[-2000:]
     assert "could not be read as audio" in alerts, alerts

@@ -460,3 +460,16 @@ def test_survey_files_round_trip_and_reject_bad_content(tmp_path, monkeypatch):
     assert surveys.load_survey("x/s.json", "other") is None                   # lacks the required entry
     path.write_text("{not json")
     assert surveys.load_survey("x/s.json", "rows") is None                    # unreadable
+
+
+@given(st.text(max_size=60))
+def test_literal_escapes_what_markdown_would_read(name):
+    """An uploaded file's name goes into Markdown through layout.literal: no Markdown or LaTeX character is left
+    unescaped, and dropping the escapes gives the name back (a browser test shows one rendered as typed)."""
+    import re
+
+    from components.layout import literal
+
+    tokens = re.findall(r"\\.|.", literal(name), flags=re.S)          # an escape pair or one character
+    assert "".join(t[-1] for t in tokens) == name
+    assert all(len(t) == 2 or not re.fullmatch(r"[\\`*_{}\[\]()#+\-.!|<>~$]", t) for t in tokens)
