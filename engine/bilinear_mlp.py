@@ -6,16 +6,18 @@ For class c the logit is  y_c = z^T B_c z  with  B_c[i, j] = sum_k P[c, k] W[k, 
 Only the symmetric part Q_c = (B_c + B_c^T) / 2 matters, and its eigendecomposition
 Q_c = sum_i lambda_i u_i u_i^T rewrites the logit as  sum_i lambda_i (u_i . E x)^2  — from weights alone.
 
-Experiment: scikit-learn's bundled 8x8 digits (or a boolean toy task), trained live.
+Experiment: scikit-learn's bundled 8x8 digits (or a boolean toy task), trained live. A user's picture of a digit can
+take the explained test digit's place (``run_upload``; ``digit_from_image`` makes the 8 x 8 input).
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.core import Bool, Choice, Claim, Float, Int, param, seed_everything
+from engine.core import Bool, Choice, Claim, Float, InputError, Int, param, seed_everything
 from engine.core.data import digits_split
 from engine.core.progress import ProgressSpan, report
 
@@ -81,6 +83,8 @@ class Result:
     steer_formula: np.ndarray = field(default_factory=lambda: np.zeros(0))  # eigen-sum closed form
     steered_image: np.ndarray = field(default_factory=lambda: np.zeros(0))
     steered_pred: int = -1
+    sample_source: str = ""                 # "test digit 0" or "your image"
+    notes: list = field(default_factory=list)   # how an uploaded image became the 8 x 8 input
     # toy
     toy_Q: np.ndarray = field(default_factory=lambda: np.zeros(0))         # outputs x n x n
     toy_target: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -158,6 +162,96 @@ def run(config: Config, progress=None) -> Result:
     return _run_digits(config, progress)
 
 
+# ----------------------------------------------------------------------------- your own digit
+
+MAX_UPLOAD_BYTES = 5 * 2**20       # the app's upload cap (.streamlit/config.toml)
+MAX_UPLOAD_PIXELS = 40_000_000     # checked from the header, before any pixel is decoded
+DIGITS_INK = 0.25                  # scikit-learn's digits: every class averages ~0.30 of full ink per 8 x 8 input
+
+
+def digit_from_image(data: bytes) -> tuple[np.ndarray, list[str]]:
+    """An uploaded picture of one handwritten digit -> the 64 inputs the model reads, plus notes on each step.
+
+    scikit-learn's digits are 32 x 32 binary bitmaps, the digit scaled into the box, counted in 4 x 4 blocks (0-16).
+    The picture goes the same way: grey levels, light ink on a dark ground (inverted when the border is light),
+    background and contrast normalised, cropped to the central 99 % of the ink, scaled so its longer side spans 32
+    pixels and centred, thresholded, strokes thickened (3 x 3 dilation, at most 3 times) while under DIGITS_INK of
+    the box is ink, and counted in 4 x 4 blocks / 16. Anything unusable raises InputError with a message.
+    """
+    from PIL import Image, ImageOps
+    from scipy.ndimage import binary_dilation
+
+    if not isinstance(data, bytes | bytearray) or len(data) == 0:
+        raise InputError("The uploaded file is empty.")
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise InputError(f"The file is {len(data) / 2**20:.1f} MB; the limit is {MAX_UPLOAD_BYTES // 2**20} MB.")
+    try:
+        img = Image.open(io.BytesIO(bytes(data)))
+        w, h = img.size
+        if w * h > MAX_UPLOAD_PIXELS:
+            raise InputError(f"The image is {w} × {h} pixels; at most {MAX_UPLOAD_PIXELS // 1_000_000} megapixels "
+                             "are read.")
+        img = ImageOps.exif_transpose(img)
+        if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info:
+            rgba = img.convert("RGBA")                       # transparent parts count as white paper
+            img = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+        a = np.asarray(img.convert("L"), dtype=np.float64) / 255.0
+    except InputError:
+        raise
+    except Exception as e:             # PIL: unknown format, truncated data, decompression bomb, ...
+        raise InputError("The file could not be read as an image (PNG, JPEG, GIF, BMP or WebP expected): "
+                         f"{str(e)[:120]}") from None
+    if min(a.shape) < 8:
+        raise InputError(f"The image is {a.shape[1]} × {a.shape[0]} pixels; at least 8 × 8 are needed.")
+    notes: list[str] = []
+    border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
+    if np.median(border) > 0.5:
+        a, border = 1.0 - a, 1.0 - border
+        notes.append("inverted (dark ink on a light background)")
+    bg, top = float(np.median(border)), float(np.percentile(a, 99.5))
+    if top - bg < 0.15:
+        raise InputError("No digit found: the picture has almost no contrast between ink and background.")
+    a = np.clip((a - bg) / (top - bg), 0.0, 1.0)
+    a[a < 0.25] = 0.0                                        # paper texture and shadows
+    mass_r, mass_c = a.sum(axis=1), a.sum(axis=0)
+    if mass_r.sum() <= 0:
+        raise InputError("No digit found in the picture.")
+
+    def span(mass):                                          # rows / columns holding the central 99 % of the ink
+        c = np.cumsum(mass) / mass.sum()
+        return int(np.searchsorted(c, 0.005)), int(np.searchsorted(c, 0.995)) + 1
+
+    (r0, r1), (c0, c1) = span(mass_r), span(mass_c)
+    crop = a[r0:r1, c0:c1]
+    hh, ww = crop.shape
+    scale = 32.0 / max(hh, ww)
+    nh, nw = max(1, min(32, round(hh * scale))), max(1, min(32, round(ww * scale)))
+    small = Image.fromarray((crop * 255).astype(np.uint8)).resize((nw, nh), Image.Resampling.BOX)
+    canvas = np.zeros((32, 32))
+    y0, x0 = (32 - nh) // 2, (32 - nw) // 2
+    canvas[y0:y0 + nh, x0:x0 + nw] = np.asarray(small, dtype=np.float64) / 255.0
+    canvas /= max(float(canvas.max()), 1e-12)
+    bits = canvas >= 0.5
+    grown = 0
+    while bits.mean() < DIGITS_INK and grown < 3:
+        bits = binary_dilation(bits, structure=np.ones((3, 3), dtype=bool))
+        grown += 1
+    notes.append(f"cropped to the ink ({ww} × {hh} px), scaled into a 32 × 32 box, thresholded"
+                 + (f", strokes thickened {grown}×" if grown else "")
+                 + f" and counted in 4 × 4 blocks like scikit-learn's digits (ink {bits.mean():.0%} of the box)")
+    return bits.reshape(8, 4, 8, 4).mean(axis=(1, 3)).ravel().astype(np.float64), notes
+
+
+def run_upload(config: Config, progress=None, payload: bytes = b"") -> Result:
+    """``run`` on the digits task with an uploaded digit explained and steered instead of a test digit (the claims
+    stay on the test set)."""
+    if config.task != "digits":
+        raise InputError("An uploaded digit needs the 8×8 digits task: set Task to '8x8 digits'.")
+    report(progress, 0.0, "reading the image")
+    x, notes = digit_from_image(payload)
+    return _run_digits(config, progress, upload=x, notes=notes)
+
+
 def _train_classifier(cfg: Config, Xtr, ytr, Xte, yte, bilinear: bool, progress, device):
     import torch
     import torch.nn.functional as F
@@ -193,7 +287,7 @@ def _train_classifier(cfg: Config, Xtr, ytr, Xte, yte, bilinear: bool, progress,
     return model, init_weights, np.array(train_acc), np.array(test_acc)
 
 
-def _run_digits(cfg: Config, progress) -> Result:
+def _run_digits(cfg: Config, progress, upload: np.ndarray | None = None, notes: list[str] | None = None) -> Result:
     import torch
 
     from engine.core import get_device
@@ -261,13 +355,21 @@ def _run_digits(cfg: Config, progress) -> Result:
     shown_images = np.stack([pix[:, i].reshape(8, 8) for i in pick])
     shown_vals = sv[pick]
 
-    # explanation of one test digit
-    s = int(cfg.sample_idx) % len(Xte_np)
-    lg = logits_model[s]
+    # explanation of one test digit (or of an uploaded one)
+    if upload is None:
+        s = int(cfg.sample_idx) % len(Xte_np)
+        x_show, lg, contrib_show = Xte64[s], logits_model[s], contrib[s]
+        label, source = int(yte_np[s]), f"test digit {s}"
+    else:
+        x_show = np.asarray(upload, dtype=np.float64)
+        with torch.no_grad():
+            lg = model(torch.tensor(x_show[None], dtype=torch.float32, device=device)).double().cpu().numpy()[0]
+        contrib_show = vals * np.einsum("cdi,d->ci", vecs, E @ x_show) ** 2
+        label, source = -1, "your image"
     top2 = np.argsort(-lg)[:2]
     sample_contrib, sample_idx = {}, {}
     for cls in top2:
-        row = contrib[s, cls]
+        row = contrib_show[cls]
         order = np.argsort(-np.abs(row))[:10]
         sample_contrib[str(int(cls))] = row[order]
         sample_idx[str(int(cls))] = order
@@ -278,11 +380,11 @@ def _run_digits(cfg: Config, progress) -> Result:
         v_pix = (E.T @ vecs[c][:, 0])
         v_pix = v_pix / max(np.linalg.norm(v_pix), 1e-12)
     alphas = np.linspace(-3, 3, 25)
-    Xs = Xte64[s][None, :] + alphas[:, None] * v_pix[None, :]
+    Xs = x_show[None, :] + alphas[:, None] * v_pix[None, :]
     with torch.no_grad():
         steer_model = model(torch.tensor(Xs, dtype=torch.float32, device=device)).double().cpu().numpy()[:, c]
     steer_formula = eigen_readout(vals, vecs, Xs @ E.T)[:, c]
-    x_alpha = Xte64[s] + cfg.alpha * v_pix
+    x_alpha = x_show + cfg.alpha * v_pix
     with torch.no_grad():
         steered_pred = int(model(torch.tensor(x_alpha[None], dtype=torch.float32, device=device)).argmax())
 
@@ -303,10 +405,11 @@ def _run_digits(cfg: Config, progress) -> Result:
     return Result(
         task="digits", metrics=metrics, train_acc=train_acc, test_acc=test_acc, relu_test_acc=relu_acc,
         eigvals=vals, eigvals_init=vals0, shown_vals=shown_vals, shown_images=shown_images, shown_title=title,
-        ks=ks, trunc_acc=trunc_acc, sample_image=Xte_np[s].reshape(8, 8), sample_label=int(yte_np[s]),
+        ks=ks, trunc_acc=trunc_acc, sample_image=x_show.reshape(8, 8), sample_label=label,
         sample_contrib=sample_contrib, sample_contrib_idx=sample_idx, sample_logits=lg,
         steer_alphas=alphas, steer_model=steer_model, steer_formula=steer_formula,
-        steered_image=x_alpha.reshape(8, 8), steered_pred=steered_pred,
+        steered_image=x_alpha.reshape(8, 8), steered_pred=steered_pred, sample_source=source,
+        notes=list(notes or ()),
     )
 
 

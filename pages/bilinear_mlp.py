@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from components import charts, download, layout, state
-from components.runner import run_or_stop
+from components.runner import run_on_upload, run_or_stop
 from engine import bilinear_mlp as eng
 
 SLUG = "bilinear-mlp"
@@ -28,7 +28,21 @@ layout.paper_header(
 cfg = state.bind_config(eng.Config, SLUG)
 state.share_link(cfg)
 layout.device_indicator()
-res = run_or_stop("engine.bilinear_mlp", cfg, label="Training the bilinear model")
+
+upload = None
+if cfg.task == "digits":
+    with st.expander("Explain your own digit (a photo or a drawing)", icon=":material/upload_file:"):
+        st.caption(f"Up to {eng.MAX_UPLOAD_BYTES // 2**20} MB; PNG, JPEG, GIF, BMP or WebP showing one handwritten "
+                   "digit. It is turned into the 8×8 format the model was trained on, the way scikit-learn's "
+                   "digits were made: cropped to the ink, scaled into a 32×32 box, thresholded and counted in 4×4 "
+                   "blocks. The explanation and the steering below then use it instead of a test digit; the claims "
+                   "stay measured on the test set, and a shared link cannot carry the file.")
+        upload = st.file_uploader("Digit image", type=["png", "jpg", "jpeg", "gif", "bmp", "webp"],
+                                  key=f"{SLUG}:upload")
+res = run_on_upload("engine.bilinear_mlp", cfg, upload, eng.MAX_UPLOAD_BYTES, label="Training, then reading your "
+                    "digit", fallback="A test digit is explained instead until the image is replaced or removed.")
+if res is None:
+    res = run_or_stop("engine.bilinear_mlp", cfg, label="Training the bilinear model")
 
 layout.claims_panel(eng.claims(res))
 
@@ -87,11 +101,18 @@ else:
         tdf = pd.DataFrame({"k": res.ks, **{f"acc_{k}": v for k, v in res.trunc_acc.items()}})
         download.download_csv(tdf, "bilinear_truncation.csv")
 
-    st.subheader("Explaining one test digit")
+    mine = res.sample_label < 0
+    st.subheader("Explaining your digit" if mine else "Explaining one test digit")
+    if mine:
+        st.caption(f"Read from {layout.literal(upload.name)}: " + "; ".join(res.notes) + ". The *Test digit to "
+                   "explain* setting does not apply while an image is loaded.")
     a, b = st.columns([0.3, 0.7])
     with a:
-        charts.show(charts.image_grid([res.sample_image], [f"label {res.sample_label}"], cols=1,
-                                      title="The test digit", diverging=False, height_per_row=260),
+        caption = (f"predicted {int(np.argmax(res.sample_logits))}" if mine
+                   else f"label {res.sample_label}, predicted {int(np.argmax(res.sample_logits))}")
+        charts.show(charts.image_grid([res.sample_image], [caption], cols=1,
+                                      title="Your digit, as the model sees it" if mine else "The test digit",
+                                      diverging=False, height_per_row=260),
                     key="sample")
     with b:
         fig = go.Figure()

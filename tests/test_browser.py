@@ -525,6 +525,23 @@ def test_audio_upload_in_browser(server, driver, tmp_path):
     assert "could not be read as audio" in alerts, alerts
 
 
+def test_digit_upload_in_browser(server, driver, tmp_path):
+    """The bilinear page's own-digit uploader, for real: a photo-like PNG (dark ink on light paper) is read and
+    explained; a file that is not an image gives a message and a test digit is explained again."""
+    from PIL import Image, ImageDraw
+
+    good = tmp_path / "seven.png"
+    im = Image.new("L", (400, 500), 230)
+    ImageDraw.Draw(im).line([(80, 90), (320, 90), (170, 430)], fill=20, width=28)
+    im.save(good)
+    bad = tmp_path / "notes.png"
+    bad.write_text("these are my notes, not a picture\n")
+    body, alerts = _upload_round_trip(driver, f"{server[0]}/bilinear_mlp", "own digit", "Explaining one test digit",
+                                      good, "Explaining your digit", bad, "A test digit is explained instead")
+    assert "Read from seven.png: inverted (dark ink on a light background)" in body, body[-2000:]
+    assert "could not be read as an image" in alerts, alerts
+
+
 def test_event_stream_upload_in_browser(server, driver, tmp_path):
     """JL-Metric's CSV uploader, for real: a stream with text ids and a header becomes the reference (the page says
     so and the claims are measured on it); a CSV with too few columns gives a message and the synthetic stream."""

@@ -29,8 +29,9 @@ def test_streamlit_config_caps_uploads():
     cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert 1 <= cfg["server"]["maxUploadSize"] <= 50
     # the uploader's own limit (shown under the widget) is the engine's, so a file it accepts is never refused later
+    from engine.bilinear_mlp import MAX_UPLOAD_BYTES as DIGIT_BYTES
     from engine.densematcher import MAX_FILE_BYTES
     from engine.jl_dynamic_graph_metric import MAX_UPLOAD_BYTES as JL_BYTES
     from engine.rfwave import MAX_UPLOAD_BYTES
 
-    assert cfg["server"]["maxUploadSize"] * 2**20 == MAX_FILE_BYTES == MAX_UPLOAD_BYTES == JL_BYTES
+    assert cfg["server"]["maxUploadSize"] * 2**20 == MAX_FILE_BYTES == MAX_UPLOAD_BYTES == JL_BYTES == DIGIT_BYTES
