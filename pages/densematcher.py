@@ -55,7 +55,8 @@ def _read(up):
     if up is None:
         return None
     if up.size > eng.MAX_FILE_BYTES:
-        layout.show_error(f"{layout.literal(up.name)}: {up.size / 2**20:.1f} MB is over the {cap_mb} MB limit; it was ignored.")
+        layout.show_error(f"{layout.literal(up.name)}: {up.size / 2**20:.1f} MB is over the {cap_mb} MB limit; it "
+                          "was ignored.")
         return None
     return up.name, up.getvalue()
 

@@ -51,7 +51,8 @@ res = run_on_upload("engine.jl_dynamic_graph_metric", cfg, upload, eng.MAX_UPLOA
 if res is None:
     res = run_or_stop("engine.jl_dynamic_graph_metric", cfg, label="Perturbing, sketching and timing")
 if res.source == "upload":
-    st.caption(f":material/dataset: Reference stream: {layout.literal(upload.name)} — " + "; ".join(res.notes) + ".")
+    st.caption(f":material/dataset: Reference stream: {layout.literal(upload.name)} — "
+               + "; ".join(res.notes) + ".")
 else:
     st.caption(f":material/dataset: Reference stream: synthetic temporal block model, {cfg.n_nodes} nodes, "
                f"{cfg.n_events:,} events, {cfg.feat_dim} feature(s).")

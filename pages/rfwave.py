@@ -95,8 +95,8 @@ if not_reproduced:
 
 st.subheader("Listen")
 if upload is not None and res.notes:
-    st.caption(f"Shown: {res.source}, {layout.literal(upload.name)} — " + "; ".join(res.notes) + ". The *Test clip* setting "
-               "does not apply while a file is loaded.")
+    st.caption(f"Shown: {res.source}, {layout.literal(upload.name)} — " + "; ".join(res.notes)
+               + ". The *Test clip* setting does not apply while a file is loaded.")
 else:
     st.caption(f"Shown: {res.source}.")
 cols = st.columns(3)
