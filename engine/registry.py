@@ -35,6 +35,7 @@ class Paper:
     page: str | None = None
     module: str | None = None
     icon: str = ":material/article:"
+    own_data: str = ""          # what a visitor can upload to the page ("" = nothing); its engine has run_upload
 
     @property
     def url(self) -> str:
@@ -61,7 +62,7 @@ PAPERS: list[Paper] = [
     Paper("bilinear-mlp", "Bilinear MLPs enable weight-based mechanistic interpretability", I,
           "A bilinear layer is a quadratic form per output, so eigenvectors of its interaction "
           "matrices explain the weights without any input data.", arxiv="2410.08417",
-          page="pages/bilinear_mlp.py", module="engine.bilinear_mlp"),
+          page="pages/bilinear_mlp.py", module="engine.bilinear_mlp", own_data="a picture of a digit"),
     Paper("attention-sink", "When Attention Sink Emerges in Language Models: An Empirical View", I,
           "Small decoders learn to dump spare attention on the first token; the sink appears during "
           "training and vanishes with un-normalised sigmoid attention.", arxiv="2410.10781",
@@ -138,7 +139,8 @@ PAPERS: list[Paper] = [
     # --- generative & transport
     Paper("rfwave", "RFWave: Multi-band Rectified Flow for Audio Waveform Reconstruction", G,
           "A rectified flow generates complex STFT frames of all sub-bands from mel in about ten "
-          "Euler steps.", arxiv="2403.05010", page="pages/rfwave.py", module="engine.rfwave"),
+          "Euler steps.", arxiv="2403.05010", page="pages/rfwave.py", module="engine.rfwave",
+          own_data="an audio recording"),
     Paper("calnf", "Rare event modeling with self-regularized normalizing flows: what can we learn from a "
           "single failure?", G,
           "Calibrated normalizing flows learn a failure distribution from a handful of samples by "
@@ -183,13 +185,14 @@ PAPERS: list[Paper] = [
     Paper("jl-dynamic-graph-metric", "Quality Measures for Dynamic Graph Generative Models", GR,
           "Random projections of event streams give a scalar metric between dynamic graphs with "
           "no snapshots.", arxiv="2503.01720",
-          page="pages/jl_dynamic_graph_metric.py", module="engine.jl_dynamic_graph_metric"),
+          page="pages/jl_dynamic_graph_metric.py", module="engine.jl_dynamic_graph_metric",
+          own_data="an event stream (CSV)"),
     # --- 3-D
     Paper("densematcher", "DenseMatcher: Learning 3D Semantic Correspondence for Category-Level "
           "Manipulation from a Single Demo", V,
           "Dense correspondences between meshes through functional maps on Laplace-Beltrami "
           "eigenbases, used to transfer colour.", arxiv="2412.05268",
-          page="pages/densematcher.py", module="engine.densematcher"),
+          page="pages/densematcher.py", module="engine.densematcher", own_data="3-D meshes"),
     # --- theory, coding, privacy, quantum
     Paper("inference-set-design", "Efficient Biological Data Acquisition through Inference Set Design", T,
           "Label the hardest examples and predict the rest; a stopping rule halts once the whole "

@@ -2,8 +2,10 @@
 
 import streamlit as st
 
+from components.layout import ensure_app_navigation
 from engine.registry import AREAS, PAPERS
 
+ensure_app_navigation()     # /home opened first on a fresh server: hand over to app.py's navigation, as pages do
 st.title("ICLR 2025 Explorer")
 st.markdown(
     "Each page reproduces, live and at a small scale, the core mechanism of one ICLR 2025 paper. "
@@ -46,6 +48,8 @@ words = [w for w in query.lower().split() if w]
 
 def matches(p) -> bool:
     text = f"{p.title} {p.summary} {p.slug} {p.area}".lower()
+    if p.own_data:                                   # "upload", "audio", "csv" ... find the pages that take a file
+        text += f" upload your own {p.own_data}".lower()
     if words and not all(w in text for w in words):
         return False
     if areas and p.area not in areas:
@@ -66,6 +70,8 @@ def _card(col, p) -> None:
         st.write(p.summary)
         if p.built:
             st.page_link(p.page, label="Open the live page", icon=":material/play_circle:")
+            if p.own_data:
+                st.badge(f"Upload {p.own_data}", icon=":material/upload_file:", color="blue")
         else:
             st.badge("coming", icon=":material/schedule:", color="gray")
         st.markdown(f"[paper]({p.url})")

@@ -694,6 +694,12 @@ def test_shared_link_as_first_visit_of_a_fresh_server(driver):
         sliders = _slider_values(driver)
         assert sliders.get("LoRA rank r") == "8" and sliders.get("Seed") == "1", sliders
         assert "rank=8" in driver.current_url and "seed=1" in driver.current_url
+    with _serve() as (base, _):                          # the gallery's own file, opened first, behaves the same
+        driver.get(f"{base}/home?q=upload")
+        body = _wait_for_text(driver, "Upload an audio recording", PAGE_TIMEOUT)
+        nav = driver.find_element(By.CSS_SELECTOR, "[data-testid='stSidebarNav']").text
+        assert "Home: all 38 papers" in nav and "\napp\n" not in f"\n{nav}\n", nav
+        assert "Residual-MPPI" not in body and "q=upload" in driver.current_url
 
 
 # Installed in every tab before its document loads: records, relative to the tab's navigation start,

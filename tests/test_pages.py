@@ -164,6 +164,29 @@ def test_app_and_home_gallery():
     assert any("No paper matches" in i.value for i in at.info)
 
 
+def test_pages_that_take_uploads_say_so_in_the_gallery():
+    """A paper's own_data (the gallery's "Upload ..." badge) is set exactly when its engine has run_upload and its
+    page a file uploader; searching "upload" finds those pages and no other."""
+    import importlib
+
+    takers = set()
+    for p in PAPERS:
+        if not p.built:
+            continue
+        has = hasattr(importlib.import_module(p.module), "run_upload")
+        assert bool(p.own_data) == has == ("st.file_uploader(" in (ROOT / p.page).read_text()), p.slug
+        if has:
+            takers.add(p.title[:30])
+    assert len(takers) >= 4
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60).run()
+    at.text_input(key="home:q").set_value("upload").run()
+    _no_exception(at)
+    titles = {m.value.strip("*")[:30] for m in at.markdown if m.value.startswith("**")}
+    assert titles == takers, titles ^ takers
+    badges = [m.value for m in at.markdown if m.value.startswith(":blue-badge[")]      # st.badge, as AppTest sees it
+    assert len(badges) == len(takers) and all("Upload " in b for b in badges), badges
+
+
 def test_home_filter_lives_in_the_url():
     """A gallery link with a search and an area opens filtered; changing the filter rewrites the link; a URL changed
     under the session (Back / Forward) sets the filter again; junk in the link is dropped."""
