@@ -471,6 +471,9 @@ def parse_upload(data: bytes) -> tuple[Stream, list[str]]:
         raise InputError("The times span more than a float can hold; rescale the time column.")
     if msg.shape[1] == 0:
         notes.append("no feature columns: the feature-noise perturbation is left out")
+    elif not np.any(msg.std(axis=0) > 0):
+        notes.append("every feature column is constant: the feature-noise perturbation (noise scaled by each "
+                     "column's spread) is left out")
     notes.append(f"{len(t)} events, {n_nodes} nodes, {msg.shape[1]} feature(s)")
     return Stream(inv[: len(t)].astype(np.int64), inv[len(t):].astype(np.int64), (t - t.min()) / np.ptp(t),
                   msg.astype(np.float64), n_nodes), notes
@@ -504,7 +507,9 @@ def _run(config: Config, progress=None, ref: Stream | None = None, notes: list[s
     else:
         source = "upload"
     n_nodes = ref.n_nodes
-    kinds = PERTURBATIONS if ref.msg.shape[1] else tuple(k for k in PERTURBATIONS if k != "feature noise")
+    # feature noise is scaled by each column's spread: without a varying feature it would change nothing
+    varying = ref.msg.shape[1] > 0 and bool(np.any(ref.msg.std(axis=0) > 0))
+    kinds = PERTURBATIONS if varying else tuple(k for k in PERTURBATIONS if k != "feature noise")
     strengths = np.linspace(0.0, c.max_strength, c.levels)
 
     # all perturbed graphs first, so that one projector fits every stream of the comparison

@@ -198,6 +198,10 @@ def test_run_upload_measures_the_claims_on_the_uploaded_stream(stream):
     res = eng.run_upload(eng.Config(), payload=_csv(plain))
     assert res.kinds == ("edge rewiring", "time shuffling") and res.rho_table.shape == (4, 2)
     assert "feature noise" not in eng.claims(res)[0].statement
+    flat = eng.Stream(stream.src, stream.dst, stream.t, np.ones((len(stream.t), 2)), stream.n_nodes)
+    res = eng.run_upload(eng.Config(), payload=_csv(flat))           # constant features: noise would do nothing
+    assert res.kinds == ("edge rewiring", "time shuffling") and any("constant" in n for n in res.notes)
+    assert all(c.passed for c in eng.claims(res))
 
 
 _field = st.one_of(st.text(max_size=8), st.integers(-5, 60).map(str),
