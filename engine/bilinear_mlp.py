@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.core import Bool, Choice, Claim, Float, InputError, Int, param, seed_everything
+from engine.core import Bool, Choice, Claim, Float, InputError, Int, check_upload, param, seed_everything
 from engine.core.data import digits_split
 from engine.core.progress import ProgressSpan, report
 
@@ -181,10 +181,7 @@ def digit_from_image(data: bytes) -> tuple[np.ndarray, list[str]]:
     from PIL import Image, ImageOps
     from scipy.ndimage import binary_dilation
 
-    if not isinstance(data, bytes | bytearray) or len(data) == 0:
-        raise InputError("The uploaded file is empty.")
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise InputError(f"The file is {len(data) / 2**20:.1f} MB; the limit is {MAX_UPLOAD_BYTES // 2**20} MB.")
+    data = check_upload(data, MAX_UPLOAD_BYTES)
     try:
         img = Image.open(io.BytesIO(bytes(data)))
         w, h = img.size

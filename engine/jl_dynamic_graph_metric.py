@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.stats import spearmanr
 
-from engine.core import Choice, Float, InputError, Int, param, seed_everything
+from engine.core import Choice, Float, InputError, Int, check_upload, param, seed_everything
 from engine.core.progress import ProgressSpan, report
 
 PERTURBATIONS = ("edge rewiring", "feature noise", "time shuffling")
@@ -392,10 +392,7 @@ def parse_upload(data: bytes) -> tuple[Stream, list[str]]:
     ``InputError`` with a message for the user."""
     import pandas as pd
 
-    if not isinstance(data, bytes | bytearray) or not data.strip():
-        raise InputError("The uploaded file is empty.")
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise InputError(f"The file is {len(data) / 2**20:.1f} MB; the limit is {MAX_UPLOAD_BYTES // 2**20} MB.")
+    data = check_upload(data, MAX_UPLOAD_BYTES, blank_is_empty=True)
     try:
         text = bytes(data).decode("utf-8-sig")
     except UnicodeDecodeError:

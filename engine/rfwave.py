@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.core import Bool, Choice, Claim, InputError, Int, param, report, seed_everything
+from engine.core import Bool, Choice, Claim, InputError, Int, check_upload, param, report, seed_everything
 
 SR = 8000
 N_FFT = 256
@@ -704,10 +704,7 @@ def decode_upload(data: bytes) -> tuple[np.ndarray, list[str]]:
     """
     import soundfile as sf
 
-    if not isinstance(data, bytes | bytearray) or len(data) == 0:
-        raise InputError("The uploaded file is empty.")
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise InputError(f"The file is {len(data) / 2**20:.1f} MB; the limit is {MAX_UPLOAD_BYTES // 2**20} MB.")
+    data = check_upload(data, MAX_UPLOAD_BYTES)
     try:
         with sf.SoundFile(io.BytesIO(bytes(data))) as f:
             sr, channels, frames = int(f.samplerate), int(f.channels), int(f.frames)

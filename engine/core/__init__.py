@@ -36,3 +36,16 @@ class InputError(ValueError):
 
 
 __all__ += ["InputError"]
+
+
+def check_upload(data, max_bytes: int, blank_is_empty: bool = False) -> bytes:
+    """The bytes of an uploaded file, or an InputError when there are none (or, for text formats with
+    ``blank_is_empty``, only whitespace) or more than ``max_bytes``."""
+    if not isinstance(data, bytes | bytearray) or len(data) == 0 or (blank_is_empty and not data.strip()):
+        raise InputError("The uploaded file is empty.")
+    if len(data) > max_bytes:
+        raise InputError(f"The file is {len(data) / 2**20:.1f} MB; the limit is {max_bytes // 2**20} MB.")
+    return bytes(data)
+
+
+__all__ += ["check_upload"]
