@@ -13,7 +13,10 @@ from engine.registry import AREAS, PAPERS, short_name
 
 limit_native_threads()
 
-st.set_page_config(page_title="ICLR 2025 Explorer", page_icon=":material/science:", layout="wide")
+# the tab icon is a file the app serves itself (components/favicon.py draws it): a Material-symbol icon here would
+# make every browser fetch it from Google's font CDN, and a server without internet would show none
+st.set_page_config(page_title="ICLR 2025 Explorer", page_icon=str(Path(__file__).parent / "assets" / "favicon.png"),
+                   layout="wide")
 
 home = st.Page("pages/home.py", title="Home: all 38 papers", icon=":material/home:", default=True)
 sections: dict[str, list] = {"Explorer": [home]}

@@ -3,7 +3,8 @@
 - every built page and the home gallery render their claims panel and first plot with no error
   element, and no chart draws two of its labels over each other (title, subplot titles and annotations, legend,
   axis titles, and the toolbar that plotly always shows on a device without hover; bounding boxes as the browser
-  laid them out) or runs past the chart's edge, at 1400 and at 1024 px; a screenshot per page goes to
+  laid them out) or runs past the chart's edge, at 1400 and at 1024 px, and the browser console shows no error (a
+  script that threw, a failed load, a request to any host but the app's own); a screenshot per page goes to
   artifacts/screenshots/;
 - a shared URL with parameters opens with the widgets showing those values;
 - a load test: 20 concurrent sessions (tabs of one chromium) on 20 different pages, no errors,
@@ -129,7 +130,22 @@ def _driver(width: int = 1400, height: int = 1100, eager: bool = False, extra: t
                 "--disable-dev-shm-usage", f"--window-size={width},{height}",
                 f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}", *extra):
         opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})     # the console, read by _console_errors
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+
+
+# Streamlit's frontend, opened at /<page>, first looks for its server under that path and gets these two 404s
+# before it falls back to the root: expected, and the only console errors a sound page may leave.
+_BASE_PATH_PROBE = re.compile(r"^http://127\.0\.0\.1:\d+/[\w-]+/_stcore/(health|host-config) - Failed to load "
+                              r"resource: the server responded with a status of 404")
+
+
+def _console_errors(d) -> list[str]:
+    """The browser console's errors since the last call (the call empties chromium's log): a script that threw, a
+    resource that failed to load, a request to a host other than the app's own (which fails here, with no internet,
+    and would leak which page a visitor opened on a hosted copy)."""
+    return [e["message"][:300] for e in d.get_log("browser")
+            if e["level"] == "SEVERE" and not _BASE_PATH_PROBE.match(e["message"])]
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +214,8 @@ def test_home_gallery_in_browser(server, driver):
     assert all(max(r) - min(r) <= 2 for r in rows), rows
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / "home.png"))
+    console = _console_errors(driver)
+    assert not console, f"errors in the browser console: {console}"
 
 
 # Pairs of labels of one chart whose boxes, as laid out by the browser, overlap: the title, subplot titles and other
@@ -268,6 +286,7 @@ return out;
 @pytest.mark.parametrize("paper", built_papers(), ids=[p.slug for p in built_papers()])
 def test_page_renders_in_browser(server, driver, paper):
     base, _ = server
+    _console_errors(driver)                 # what earlier tests left in the log is theirs
     driver.get(f"{base}/{paper.url_path}")
     waited = _wait_rendered(driver, PAGE_TIMEOUT)
     time.sleep(0.5)
@@ -290,6 +309,8 @@ def test_page_renders_in_browser(server, driver, paper):
     assert not narrow, f"at 1024 px, labels drawn over each other (chart index, label, label): {narrow}"
     assert not narrow_cut, f"at 1024 px, labels running past their chart's edge (chart index, label): {narrow_cut}"
     assert not uneven, f"at 1024 px, side-by-side charts start at different heights (row, px, titles): {uneven}"
+    console = _console_errors(driver)
+    assert not console, f"errors in the browser console: {console}"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / f"{paper.slug}.png"))
     print(f"{paper.slug}: claims + first plot after {waited:.1f} s")

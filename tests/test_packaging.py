@@ -35,3 +35,23 @@ def test_streamlit_config_caps_uploads():
     from engine.rfwave import MAX_UPLOAD_BYTES
 
     assert cfg["server"]["maxUploadSize"] * 2**20 == MAX_FILE_BYTES == MAX_UPLOAD_BYTES == JL_BYTES == DIGIT_BYTES
+
+
+def test_tab_icon_is_served_by_the_app_and_is_the_one_the_script_draws():
+    """app.py names a local image as the tab icon (a Material-symbol or emoji icon makes the browser fetch it from a
+    CDN), and assets/favicon.png is exactly what ``python -m components.favicon`` draws."""
+    import numpy as np
+    from PIL import Image
+
+    from components import favicon
+
+    app = (ROOT / "app.py").read_text()
+    assert 'page_icon=str(Path(__file__).parent / "assets" / "favicon.png")' in app
+    shipped = np.asarray(Image.open(favicon.PATH).convert("RGBA"))
+    drawn = favicon.draw()
+    assert shipped.shape == (favicon.SIZE, favicon.SIZE, 4)
+    assert np.array_equal(shipped, drawn)
+    # the drawing itself: transparent corners, the theme colour on the tile, a white stroke
+    assert drawn[0, 0, 3] == 0 and drawn[-1, -1, 3] == 0
+    assert tuple(drawn[60, 32, :3]) == favicon.PRIMARY and drawn[60, 32, 3] == 255
+    assert (drawn[..., :3].min(axis=-1) == 255).sum() > 100
