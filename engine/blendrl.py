@@ -576,15 +576,23 @@ def run(config: Config, progress=None) -> Result:
 
 def claims(result: Result) -> list[Claim]:
     m = result.metrics
+    wn, wl = result.blend_weights
+    gate_note = (f"states visited by the blend in the standard layout; blender rule weights {wn:.2f} (neural when a "
+                 f"ball is close) and {wl:.2f} (rules when nothing is around). Where control goes is written in "
+                 "those two rules (BlendRL has an LLM write them, we wrote them); training only weights them, and "
+                 "an untrained blender (weights 0.5) routes the same way, so this badge checks the gate, not its "
+                 "training. A gate that ignores the state fails it (tested).")
     return [
         Claim("A blended agent succeeds more often than either the neural or the logic agent alone",
               measured=m["margin"], op=">=", threshold=0.15, label="success(blend) − max(neural, logic)",
               detail=f"standard layout: blend {m['succ_blend']:.2f}, neural {m['succ_neural']:.2f}, "
                      f"logic {m['succ_logic']:.2f}", fmt=".2f"),
         Claim("Near a ball the blender hands control to the neural policy",
-              measured=m["beta_near"], op=">=", threshold=0.6, label="mean β_n, ball ≤ 2 cells", fmt=".2f"),
+              measured=m["beta_near"], op=">=", threshold=0.6, label="mean β_n, ball ≤ 2 cells", fmt=".2f",
+              detail=gate_note),
         Claim("Away from balls the blender hands control to the logic rules",
-              measured=m["beta_far"], op="<=", threshold=0.4, label="mean β_n, no ball within 4 cells", fmt=".2f"),
+              measured=m["beta_far"], op="<=", threshold=0.4, label="mean β_n, no ball within 4 cells", fmt=".2f",
+              detail=gate_note),
         Claim("The blend survives a mirrored layout (ladders and bell swapped left↔right)",
               measured=m["keep_progress_blend"], op=">=", threshold=0.7,
               label="progress(mirrored) / progress(standard), blend",

@@ -785,7 +785,9 @@ def claims(result: Result) -> list[Claim]:
               measured=m["invariance_gap"], op="<=", threshold=m["invariance_tol"],
               label="|BER(all-zero) − BER(random)|", fmt=".2g",
               detail=f"{result.invariance['ber_zero']:.4f} vs {result.invariance['ber_random']:.4f} on the "
-                     "same noise; threshold = 3 standard errors of independent draws"),
+                     "same noise, mapped through the channel's symmetry: a decoder that sees only |y| and the "
+                     "syndrome errs on exactly the same bits (gap 0), one fed y itself need not; the tolerance is "
+                     "the spec's, 3 standard errors of two independent draws"),
         Claim("Cross-attention between bits and checks materialises far fewer attention scores than full "
               "self-attention over all n + m tokens…",
               measured=m["attn_ratio"], op="<=", threshold=0.5, label="attention scores CrossMPT / full",

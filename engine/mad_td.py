@@ -690,12 +690,13 @@ def claims(result: Result) -> list[Claim]:
                  label="median overestimation MAD-TD / real-only",
                  detail=(f"mean Q_θ(s, π_K(s)) − Q^π_K(s, π_K(s)) over the 2nd half of training: real-only "
                          f"{m['real_over']:+.2f}, MAD-TD {m['mad_over']:+.2f} (inf: the actor became unstable; "
-                         "needs real-only > 0)"), fmt=".2f"),
+                         "needs real-only > 0; the ratio reads 0 when only the real-only median is inf)"), fmt=".2f"),
            Claim(f"Actor-critic at UTD {u}: the current policy's returns are more stable with model data",
                  measured=m["regret_ratio"], op="<=", threshold=0.5,
                  label="median worst regret MAD-TD / real-only",
                  detail=(f"worst (J* − J(K_t))/|J*| over the 2nd half: real-only {m['real_regret']:.2f}, "
-                         f"MAD-TD {m['mad_regret']:.2f} (initial actor {m['regret_K_B']:.2f})" + div), fmt=".2f")]
+                         f"MAD-TD {m['mad_regret']:.2f} (initial actor {m['regret_K_B']:.2f}; the ratio reads 0 when "
+                         "only the real-only median is inf)" + div), fmt=".2f")]
     if m.get("sweep") and "real_utd_ratio" in m:
         out.append(Claim("More updates per sample hurt without model data", measured=m["real_utd_ratio"], op=">=",
                          threshold=1.0, label=f"real-only RMSE, UTD {u} / UTD 2", fmt=".2f"))

@@ -150,10 +150,28 @@ def test_fast_balls_cannot_skip_the_agent():
     assert info["hit"][0]
 
 
-def test_constant_blender_would_fail_claim2(default_result):
-    # the blend's beta must depend on the state: near vs far differ by a lot
+def test_gate_badges_check_the_gate_not_its_training(default_result):
+    """The two gate badges follow from the blender's written rules: an untrained blender (rule weights 0.5) passes
+    them as the trained one does, and a blender whose gate ignores the state (both weights ~0, so β = (½, ½)
+    everywhere) fails both. The badges' text says so."""
+    import dataclasses
+
     m = default_result.metrics
     assert m["beta_near"] - m["beta_far"] > 0.3
+    torch.manual_seed(0)
+    agent = eng.BlendAgent("blend")
+    untrained = eng.evaluate(agent, "standard", 16, 0)
+    with torch.no_grad():
+        agent.blend_logits.fill_(-20.0)
+    constant = eng.evaluate(agent, "standard", 16, 0)
+    assert constant["beta_near"] == pytest.approx(0.5, abs=1e-6) and constant["beta_far"] == pytest.approx(0.5, abs=1e-6)
+    verdicts = {}
+    for name, stats in (("untrained", untrained), ("constant", constant)):
+        r = dataclasses.replace(default_result, metrics={**m, "beta_near": stats["beta_near"],
+                                                         "beta_far": stats["beta_far"]})
+        verdicts[name] = [c.passed for c in eng.claims(r)[1:3]]
+    assert verdicts == {"untrained": [True, True], "constant": [False, False]}
+    assert "untrained blender" in eng.claims(default_result)[1].detail
 
 
 def test_training_log_prefix_reproduces():

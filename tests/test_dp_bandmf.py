@@ -208,6 +208,54 @@ def test_epsilon_against_dp_accounting():
     assert eng.epsilon(q, sigma, steps, delta) == pytest.approx(acc.get_epsilon(delta), rel=1e-3)
 
 
+def _gauss_delta(eps: float, mu: float) -> float:
+    """Exact δ(ε) of a Gaussian mechanism with sensitivity / noise = mu (Balle & Wang's analytic formula)."""
+    from scipy import stats
+
+    return stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+
+
+def _subsampled_delta(eps: float, q: float, sigma: float) -> float:
+    """Exact δ(ε) of ONE Poisson-subsampled Gaussian step, both directions of the add/remove pair, by quadrature of
+    ∫ max(0, p − e^ε r) over the two output densities."""
+    from scipy import integrate, stats
+
+    def p(x):
+        return (1 - q) * stats.norm.pdf(x, 0, sigma) + q * stats.norm.pdf(x, 1, sigma)
+
+    def r(x):
+        return stats.norm.pdf(x, 0, sigma)
+
+    lim = 40 * sigma + 2
+    d = [integrate.quad(f, -lim, lim, points=[0.5], limit=400, epsabs=1e-14)[0]
+         for f in (lambda x: max(0.0, p(x) - math.exp(eps) * r(x)), lambda x: max(0.0, r(x) - math.exp(eps) * p(x)))]
+    return max(d)
+
+
+def test_epsilon_against_exact_privacy_profiles():
+    """The accountant's ε against exact ones it did not compute: T full-batch Gaussian steps compose exactly to a
+    Gaussian mechanism with μ = √T / σ (closed-form privacy profile), and one subsampled step has a privacy profile
+    given by a 1-D integral. RDP accounting must never report less than the exact ε (that would be unsound) and, with
+    full batches, not much more (measured: 6–10 % above, 27 % at σ = 0.8, T = 100 where the best order would be < 2)."""
+    from scipy import optimize
+
+    delta = 1e-5
+    for sigma in (0.8, 2.0, 5.0):
+        for steps in (1, 10, 100):
+            mu = math.sqrt(steps) / sigma
+            exact = optimize.brentq(lambda e, mu=mu: _gauss_delta(e, mu) - delta, 0.0, 500.0)
+            ours = eng.epsilon(1.0, sigma, steps, delta)
+            assert exact <= ours <= 1.3 * exact, (sigma, steps, exact, ours)
+            if sigma >= 2.0:
+                assert ours <= 1.12 * exact, (sigma, steps, exact, ours)
+    for q, sigma in ((0.1, 1.0), (0.01, 0.8), (0.2, 2.0)):
+        exact = optimize.brentq(lambda e, q=q, sigma=sigma: _subsampled_delta(e, q, sigma) - delta, 0.0, 50.0)
+        ours = eng.epsilon(q, sigma, 1, delta)
+        assert exact <= ours, (q, sigma, exact, ours)
+        # a subsampled RDP bound that ignored q would report the full-batch ε instead
+        assert ours < eng.epsilon(1.0, sigma, 1, delta)
+
+
 def test_band_privacy_bookkeeping():
     q, steps = eng.band_privacy(8, 1000, 60_000, 250)
     assert q == pytest.approx(8 * 250 / 60_000) and steps == 125

@@ -152,8 +152,9 @@ def test_extremes_run_and_result_pickles():
     cfg = eng.Config(rank=1, target_rank=32, cond=1000.0, steps=20, scale=8.0, lr_grid="large", noise=0.5)
     res = eng.run(cfg)
     assert len(pickle.dumps(res)) < 2_000_000
+    # at the extremes every claim still evaluates, and none passes on a measurement that is not a number
     for c in eng.claims(res):
-        assert isinstance(c.passed, bool)
+        assert np.isfinite(c.measured) or not c.passed, c.describe()
 
 
 # ----------------------------------------------------------------------------- the MLP setting

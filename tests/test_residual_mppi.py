@@ -96,15 +96,26 @@ def test_mppi_update_equals_gaussian_posterior_mean_for_quadratic_cost():
     assert abs(S[0, 0] - f(np.zeros(n))) < 1e-8
 
 
-def test_zero_weight_residual_equals_greedy_and_huge_temperature_is_sample_mean():
-    cfg = _cfg(n_samples=512, sigma=0.5, lam=0.2, horizon=10)
+def test_prior_log_likelihood_enters_the_cost_and_huge_temperature_is_sample_mean():
+    """Residual-MPPI's one change to MPPI: the cost of a sampled sequence gains −w Σ_t γ^t log π(a_t | s_t). With the
+    same samples, the costs at weight w and at weight 0 differ by exactly that sum, rolled out by hand (_sequence_cost); and
+    Residual at w_logp = 0 is the Greedy variant."""
+    cfg = _cfg(n_samples=64, sigma=0.5, lam=0.2, horizon=10)
     prior = eng.Prior(0.95)
     model = eng.true_plant(False)
     s0 = eng.S0
-    a1, U1 = eng.mppi_update(s0, prior, model, np.array([[0.0, 0.0]]), cfg, np.random.default_rng(3))
-    a2, U2 = eng.mppi_update(s0, prior, model, eng.variant_weights(eng.Config(w_logp=0.0))[0:1], cfg,
-                             np.random.default_rng(3))
-    assert np.allclose(U1, U2)
+    w = 0.7
+    _, U0, eps0, S0 = eng.mppi_update(s0, prior, model, np.array([[0.0, 0.0]]), cfg, np.random.default_rng(3),
+                                      return_eps=True)
+    _, Uw, epsw, Sw = eng.mppi_update(s0, prior, model, np.array([[w, 0.0]]), cfg, np.random.default_rng(3),
+                                      return_eps=True)
+    assert np.array_equal(U0, Uw) and np.array_equal(eps0, epsw)
+    x0 = np.asarray(s0, float).reshape(1, 4)
+    logp = np.array([float((_sequence_cost(e, U0[0], x0, prior, model, cfg, 0.0)
+                            - _sequence_cost(e, U0[0], x0, prior, model, cfg, 1.0))[0]) for e in eps0[0]])
+    np.testing.assert_allclose(Sw[0] - S0[0], -w * logp, rtol=1e-9, atol=1e-9)
+    assert np.ptp(logp) > 1.0                       # the term does reorder the samples
+    assert np.array_equal(eng.variant_weights(eng.Config(w_logp=0.0))[0], eng.variant_weights(eng.Config())[1])
     cfg_hot = _cfg(n_samples=512, sigma=0.5, lam=1e12, horizon=10)
     Unew, U, eps, S = eng.mppi_update(s0, prior, model, np.array([[0.1, 0.0]]), cfg_hot,
                                       np.random.default_rng(4), return_eps=True)
