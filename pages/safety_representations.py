@@ -124,6 +124,9 @@ charts.show(charts.lines(res.succ_x, succ, title="Share of episodes that reach t
             key="succ")
 df = pd.DataFrame({"step": res.steps, **{f"cum_cost_{v}": res.cum_cost[v].mean(0) for v in res.variants}})
 download.download_csv(df, "cumulative_cost.csv", key="dl_cost")
+download.download_csv(pd.DataFrame({"window_centre_step": res.succ_x, **{f"success_{v}": succ[names[v]]
+                                                                          for v in res.variants}}),
+                      "success_rate.csv", key="dl_succ")
 st.caption("Greedy success after training (200 episodes, seed mean): " + ", ".join(
     f"{names[v]} {res.eval_success[v].mean():.2f}" for v in res.variants) + ". Violations over training "
     "(seed mean): " + ", ".join(f"{names[v]} {res.final_cost[v].mean():.0f}" for v in res.variants) + ".")
@@ -144,6 +147,10 @@ for col, v in zip(cols, res.variants):
         fig = charts.heatmap(res.water.astype(float), title=f"Greedy policy: {names[v]}", height=260, square=True)
         fig.update_traces(text=res.arrows[v], texttemplate="%{text}", showscale=False, colorscale="Blues")
         charts.show(fig, key=f"pol_{v}")
+download.download_csv(pd.DataFrame([{"variant": v, "row": i, "col": j, "greedy_action": res.arrows[v][i, j]}
+                                    for v in res.variants for i in range(res.water.shape[0])
+                                    for j in range(res.water.shape[1]) if not res.water[i, j]]),
+                      "greedy_policies.csv", key="dl_pol")
 
 R, C = res.water.shape
 land = [(i, j) for i in range(R) for j in range(C) if not res.water[i, j]]
@@ -162,6 +169,8 @@ charts.show(charts.bars(bins, res.label_hist, title="Labels in the S2C buffer (p
 rows = [{"row": i, "col": j, "bin": bins[k], "pred": res.pred_dist[i, j, k], "exact": res.exact_dist[i, j, k]}
         for i, j in land for k in range(K)]
 download.download_csv(pd.DataFrame(rows), "steps_to_cost.csv", key="dl_s2c")
+download.download_csv(pd.DataFrame({"bin": bins, "labels_in_buffer": res.label_hist}), "s2c_label_histogram.csv",
+                      key="dl_labels")
 
 layout.how_it_works(r"""
 **Labels.** For a finished episode $s_0,\dots,s_T$ with costs $c_t$, the steps to the next cost are
