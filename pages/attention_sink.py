@@ -112,6 +112,7 @@ share_fig = go.Figure([go.Bar(x=[f"layer {la}" for la in per_layer["layer"]], y=
 share_fig.update_layout(barmode="group")
 share_fig.update_yaxes(title="share of heads", range=[0, 1.15])
 charts.show(charts.themed(share_fig, "Share of sink heads per layer", 300), key="per-layer")
+download.download_csv(per_layer, "attention_sink_share_per_layer.csv", key="dl-attention-sink-share-per-layer")
 alpha_df = pd.DataFrame([{"layer": la + 1, "head": h + 1, "alpha_softmax": res.alpha_softmax[la, h],
                           "alpha_sigmoid": res.alpha_sigmoid[la, h],
                           "alpha_sigmoid_row_normalised": res.alpha_sigmoid_norm[la, h],
@@ -129,6 +130,9 @@ if res.loss_softmax.size:
     charts.show(charts.lines(steps, {"softmax": res.loss_softmax, "sigmoid": res.loss_sigmoid},
                              title="Training loss (next-token cross-entropy)", xlabel="step",
                              ylabel="loss", height=280), key="loss")
+    download.download_csv(pd.DataFrame({"step": steps, "loss_softmax": res.loss_softmax,
+                                        "loss_sigmoid": res.loss_sigmoid}),
+                          "attention_sink_training_loss.csv", key="dl-attention-sink-training-loss")
 download.download_csv(pd.concat([
     pd.DataFrame({"model": "softmax", "step": res.curve_steps_softmax, "sink_score": res.curve_softmax,
                   "mean_alpha": res.curve_alpha_softmax}),

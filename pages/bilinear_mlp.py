@@ -60,6 +60,8 @@ if res.task == "toy":
              "target": float(res.toy_target[a, i, j])}
             for a, n in enumerate(names) for i in range(res.toy_Q.shape[1]) for j in range(res.toy_Q.shape[2])]
     download.download_csv(pd.DataFrame(rows), "bilinear_toy_Q.csv")
+    download.download_csv(pd.DataFrame({"step": np.arange(len(res.loss)), "mse": res.loss}),
+                          "bilinear_toy_loss.csv", key="dl-bilinear-toy-loss")
 else:
     m = res.metrics
     c1, c2, c3 = st.columns(3)
@@ -91,6 +93,7 @@ else:
         charts.show(fig, key="spectrum")
         spec_df = pd.DataFrame(res.eigvals.T, columns=[f"class_{c}" for c in range(res.eigvals.shape[0])])
         spec_df.insert(0, "rank", ranks)
+        spec_df[f"untrained_class_{cfg.class_idx}"] = res.eigvals_init[cfg.class_idx]
         download.download_csv(spec_df, "bilinear_spectra.csv")
     with right:
         fig = charts.lines(res.ks, {k: v for k, v in res.trunc_acc.items()}, title="Truncation: accuracy vs "
@@ -98,7 +101,8 @@ else:
         fig.add_hline(y=m["acc_full"], line_dash="dot", annotation_text="full model")
         fig.add_vline(x=cfg.k_keep, line_dash="dot", line_color="gray")
         charts.show(fig, key="trunc")
-        tdf = pd.DataFrame({"k": res.ks, **{f"acc_{k}": v for k, v in res.trunc_acc.items()}})
+        tdf = pd.DataFrame({"k": res.ks, **{f"acc_{k}": v for k, v in res.trunc_acc.items()},
+                            "acc_full_model": m["acc_full"]})
         download.download_csv(tdf, "bilinear_truncation.csv")
 
     mine = res.sample_label < 0
@@ -124,6 +128,8 @@ else:
         charts.show(fig, key="contrib")
     download.download_json({k: {"eigen_index": res.sample_contrib_idx[k], "contribution": v}
                             for k, v in res.sample_contrib.items()}, "bilinear_explanation.json")
+    download.download_json({"label": res.sample_label, "logits": res.sample_logits, "image": res.sample_image},
+                           "bilinear_sample_digit.json", key="dl-bilinear-sample-digit")
 
     st.subheader("Steering along the top eigenvector")
     a, b = st.columns([0.3, 0.7])
@@ -142,11 +148,17 @@ else:
         charts.show(fig, key="steer")
     download.download_csv(pd.DataFrame({"alpha": res.steer_alphas, "model": res.steer_model,
                                         "closed_form": res.steer_formula}), "bilinear_steering.csv")
+    download.download_json({"alpha": cfg.alpha, "predicted": res.steered_pred, "image": res.steered_image},
+                           "bilinear_steered_image.json", key="dl-bilinear-steered-image")
 
     charts.show(charts.lines(np.arange(1, len(res.test_acc) + 1),
                              {"bilinear test": res.test_acc, "bilinear train": res.train_acc,
                               **({"ReLU test": res.relu_test_acc} if len(res.relu_test_acc) else {})},
                              title="Accuracy during training", xlabel="epoch", ylabel="accuracy"), key="acc")
+    download.download_csv(pd.DataFrame({"epoch": np.arange(1, len(res.test_acc) + 1), "bilinear_test": res.test_acc,
+                                        "bilinear_train": res.train_acc,
+                                        **({"relu_test": res.relu_test_acc} if len(res.relu_test_acc) else {})}),
+                          "bilinear_accuracy.csv", key="dl-bilinear-accuracy")
 
 layout.how_it_works(r"""
 **Model.** $z = E x$, $\;g = (W z) \odot (V z)$, $\;y = P g$, no biases anywhere.

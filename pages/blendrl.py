@@ -155,6 +155,11 @@ charts.show(fig, key="beta_strip")
 ep_df = pd.DataFrame(dict(step=steps, floor=ep["af"][:-1], col=ep["ac"][:-1], action=[eng.ACTIONS[a] for a in
                           ep["actions"]], beta_n=ep["beta_n"], strongest_rule=fired, reward=ep["rewards"]))
 download.download_csv(ep_df, "blendrl_episode.csv")
+download.download_json({"ladder_columns": [int(ep["ladders"][0]), int(ep["ladders"][1])], "ladder_floors": [0.5, 1.5],
+                        "bell_column": int(ep["bell"]), "bell_floor": 2, "ball_floors": ep["bfloor"],
+                        "ball_columns_per_frame": ep["bc"], "agent_column_per_frame": ep["ac"],
+                        "agent_floor_per_frame": ep["af"]}, "blendrl_episode_frames.json",
+                       key="dl-blendrl-episode-frames")
 
 # 3. beta map and 4. rule weights
 left, right = st.columns(2)

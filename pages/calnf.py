@@ -75,7 +75,8 @@ st.caption("Right: the failure model q(·;1) of the plain conditional flow, trai
            "data without the calibration.")
 download.download_json({"grid": g, "nominal_density": res.dens_nominal, "calibrated_density": res.dens_cal,
                         "plain_failure_density": res.dens_plain, "nominal_points": res.nominal,
-                        "failure_points": res.failure}, "calnf_densities.json")
+                        "failure_points": res.failure, "held_out_failure_points_shown": res.held_failure[:200]},
+                       "calnf_densities.json")
 
 st.subheader("2 · The family between nominal and each subsample fit")
 K_show, L = res.dens_family.shape[:2]

@@ -69,6 +69,8 @@ with c4:
                                xlabel="check j", ylabel="bit i", height=420), key="attn")
 download.download_csv(download.matrix_frame(res.attention, "bit", "check", "weight"), "crossmpt_attention.csv",
                       label="Download the attention map (CSV)")
+download.download_csv(download.matrix_frame(res.H, "check", "bit", "H"), f"crossmpt_{cfg.code}_parity_check.csv",
+                      label="Download the mask H (CSV)", key="dl-crossmpt-mask")
 
 c5, c6 = st.columns(2)
 with c5:

@@ -95,6 +95,10 @@ if res.sde_paths is not None:
     charts.themed(fig, f"Stochastic paths dX = (v + ∇s)dt + σ dW, σ = {cfg.sigma_model:g}", 380)
     fig.update_yaxes(scaleanchor="x", scaleratio=1)
     charts.show(fig, key="sde")
+    _step, _particle = np.meshgrid(np.arange(S.shape[0]), np.arange(S.shape[1]), indexing="ij")
+    download.download_csv(pd.DataFrame({"particle": _particle.ravel(), "step": _step.ravel(),
+                                        "x": S[:, :, 0].ravel(), "y": S[:, :, 1].ravel()}),
+                          "deep_ruot_sde_paths.csv", key="dl-deep_ruot-sde")
 
 st.subheader("2 · Learned growth rate g(x, t)")
 t_view = state.bind_view(SLUG, "t_view", Int(0, 3, "Growth-field time t", help="time of the heatmap (a view setting: no retraining)"), default=1)
@@ -122,6 +126,8 @@ with right:
                f"{m['mass_err_max_stage0']:.3f}; after training with the mass loss: {m['mass_err_max']:.3f}.")
     download.download_csv(pd.DataFrame({"t": res.traj_t, "truth": res.mass_true,
                                         **{k: v for k, v in res.mass_model.items()}}), "deep_ruot_mass.csv")
+    download.download_csv(pd.DataFrame({"t": list(eng.TIMES), "data_mass": res.mass_data}),
+                          "deep_ruot_mass_data.csv", key="dl-deep_ruot-mass-data")
 
 gr, gs = res.growth_rollout, res.growth_at_snapshots
 left, right = st.columns(2)

@@ -173,6 +173,10 @@ map_df = pd.DataFrame({"target_vertex": tgt_idx, "source_vertex_refined": res.ma
                        "r": src_rgb[res.map_final, 0], "g": src_rgb[res.map_final, 1],
                        "b": src_rgb[res.map_final, 2]})
 download.download_csv(map_df, "densematcher_point_map.csv", label="Download the point maps and transferred colours")
+download.download_json({"source": {"name": res.source_name, "vertices": sv, "faces": sf, "rgb": src_rgb},
+                        "target": {"name": res.target_name, "vertices": tv, "faces": tf}},
+                       "densematcher_meshes.json", label="Download both meshes and the source colours (JSON)",
+                       key="dl-densematcher-meshes")
 
 st.subheader("The functional map")
 st.caption("Entry (i, j) says how much of the source's j-th eigenfunction lands on the target's i-th. For a "

@@ -126,7 +126,8 @@ _v, _e, _t = np.meshgrid(np.arange(len(names)), np.arange(res.traj.shape[1]), np
                          indexing="ij")
 download.download_csv(pd.DataFrame({"variant": np.asarray(names)[_v.ravel()], "episode": _e.ravel(),
                                     "step": _t.ravel(), "x": res.traj[_v, _e, _t, 0].ravel(),
-                                    "y": res.traj[_v, _e, _t, 1].ravel()}),
+                                    "y": res.traj[_v, _e, _t, 1].ravel(),
+                                    "first_goal_step": res.first[_v, _e].ravel()}),
                       "dv_trajectories.csv", label="Download trajectories, every 5th step (CSV)")
 
 st.subheader("One replanning moment")
@@ -242,9 +243,14 @@ else:
                 f"U-Net · MCSS N={cfg.candidates}", "U-Net · unconditional"]
     bb_vals = np.array([m["success_transformer_mcss"], m["success_transformer_uncond"], m["success_unet_mcss"],
                         m["success_unet_uncond"]])
-    charts.show(charts.bars(bb_names, bb_vals, errors=np.sqrt(bb_vals * (1 - bb_vals) / cfg.episodes),
+    bb_se = np.sqrt(bb_vals * (1 - bb_vals) / cfg.episodes)
+    charts.show(charts.bars(bb_names, bb_vals, errors=bb_se,
                             title="Success by denoiser (±1 binomial s.e.)", ylabel="success", text_fmt=".2f",
                             colors=[charts.COLORS[0]] * 2 + [charts.COLORS[1]] * 2), key="backbone")
+    download.download_csv(pd.DataFrame({"variant": bb_names, "success": bb_vals,
+                                        "binomial_se": bb_se}),
+                          "dv_success_by_denoiser.csv", label="Download success by denoiser (CSV)",
+                          key="dl-dv-backbone")
     st.caption(f"Mean gap Transformer − U-Net over the two variants: {m['backbone_gap']:.2f}. One episode moves a bar "
                f"by {1 / cfg.episodes:.2f} and each bar's binomial s.e. is up to {0.5 / np.sqrt(cfg.episodes):.2f}, so "
                "at this scale a gap of a few hundredths is weak evidence either way. Set 64 episodes or change the "

@@ -82,7 +82,8 @@ with left:
     c = res.coefs[i_view]
     fig = go.Figure()
     fig.add_trace(go.Bar(x=np.arange(len(c)), y=c, name="optimised c", marker_color=charts.COLORS[0]))
-    fig.add_trace(go.Scatter(x=np.arange(len(c)), y=eng.sqrt_init(len(c)), mode="markers",
+    c_init = eng.sqrt_init(len(c))
+    fig.add_trace(go.Scatter(x=np.arange(len(c)), y=c_init, mode="markers",
                              name="square-root init", marker=dict(color=charts.COLORS[1], size=7)))
     charts.themed(fig, "Band coefficients c (one column of C)", 340)
     fig.update_xaxes(title="lag r")
@@ -91,7 +92,7 @@ with right:
     g = res.gammas[i_view]
     charts.show(charts.lines(np.arange(len(g)), {"γ (C⁻¹)": g}, title="Noise correlation: coefficients of C⁻¹",
                              xlabel="lag", mode="lines+markers"), key="gamma")
-download.download_csv(pd.DataFrame({"lag": np.arange(len(c)), "c": c}), "bandmf_coefficients.csv")
+download.download_csv(pd.DataFrame({"lag": np.arange(len(c)), "c": c, "sqrt_init": c_init}), "bandmf_coefficients.csv")
 download.download_csv(pd.DataFrame({"lag": np.arange(len(g)), "gamma": g}), "bandmf_gamma.csv")
 
 charts.show(charts.lines(res.step_idx + 1, res.step_err, title="Squared error of the running sum at each step",

@@ -90,6 +90,9 @@ for k in ("L", "R", "U"):
 charts.themed(fig, "Share of each matrix's energy per irrep", 340, barmode="group")
 fig.update_yaxes(title="share of ‖·‖²")
 charts.show(fig, key="totals")
+download.download_csv(pd.DataFrame({"irrep": names, "dimension": res.irrep_dims,
+                                    **{f"share_{k}": res.totals[k] for k in ("L", "R", "U")}}),
+                      "group_compact_proofs_irrep_totals.csv", key="dl-group-compact-proofs-irrep-totals")
 cols = st.columns(3)
 for col, k in zip(cols, ("L", "R", "U")):
     with col:

@@ -83,19 +83,23 @@ if not live:
     a, b = res.gap_fit["a"], res.gap_fit["b"]
     kk = np.geomspace(ks.min(), ks.max(), 60)
     token_scale = b / np.sqrt(ks.min())  # constant in K at fixed K·N·T; drawn to meet the topic shape at min K
+    fit_curve, topic_shape, token_shape = a + b / np.sqrt(kk), b / np.sqrt(kk), np.full_like(kk, token_scale)
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=ks, y=res.grid_gap.mean(0), name="measured gap", mode="markers",
                              error_y=dict(type="data", array=res.grid_gap.std(0)),
                              marker=dict(size=9, color=charts.COLORS[0])))
-    fig.add_trace(go.Scatter(x=kk, y=a + b / np.sqrt(kk), name=f"fit a + b/√K (a={a:.2f}, b={b:.2f})",
+    fig.add_trace(go.Scatter(x=kk, y=fit_curve, name=f"fit a + b/√K (a={a:.2f}, b={b:.2f})",
                              line=dict(color=charts.COLORS[1])))
-    fig.add_trace(go.Scatter(x=kk, y=b / np.sqrt(kk), name="topic-term shape b/√K",
+    fig.add_trace(go.Scatter(x=kk, y=topic_shape, name="topic-term shape b/√K",
                              line=dict(color=charts.COLORS[2], dash="dash")))
-    fig.add_trace(go.Scatter(x=kk, y=np.full_like(kk, token_scale), name="token-term shape ∝ 1/√(K·N·T)",
+    fig.add_trace(go.Scatter(x=kk, y=token_shape, name="token-term shape ∝ 1/√(K·N·T)",
                              line=dict(color=charts.COLORS[3], dash="dot")))
     fig.update_xaxes(type="log", title="K topics")
     fig.update_yaxes(title="unseen error − training error")
     charts.show(charts.themed(fig, height=380), key="icl-gap")
+    download.download_csv(pd.DataFrame({"K": kk, "fit_a_plus_b_over_sqrt_K": fit_curve, "topic_term_shape": topic_shape,
+                                        "token_term_shape": token_shape, "fit_a": a, "fit_b": b}),
+                          "icl_ar_ntp_gap_fit.csv", key="dl-icl-ar-ntp-gap-fit")
     st.caption("With K·N·T fixed, the token term cannot change with K (flat line): the whole decline of the "
                "gap has to come from the topic term. The token-term line uses the same constant b, scaled "
                "so the two shapes meet at the smallest K; only the shapes are meaningful.")
@@ -129,10 +133,10 @@ if not live:
     download.download_csv(pd.DataFrame({
         "K": ks, "bound": bd["bound"], "topic_term": bd["b_topic"], "sequence_term": bd["b_seq"], "kl": bd["kl"],
         "posterior_std": bd["sigma"], "prior_std": bd["sigma_prior"], "gap_posterior": bd["q_gap"],
-        "gap_trained_model": bd["det_gap"]}), "pac_bayes_bound.csv")
+        "gap_trained_model": bd["det_gap"], "clip_level": eng.CLIP}), "pac_bayes_bound.csv")
     download.download_csv(pd.DataFrame({
         "K": ks, "unseen_last_mean": res.grid_unseen.mean(0), "unseen_last_std": res.grid_unseen.std(0),
-        "seen_last_mean": res.grid_seen.mean(0), "train_mse_mean": res.grid_train.mean(0),
+        "seen_last_mean": res.grid_seen.mean(0), "seen_last_std": res.grid_seen.std(0), "train_mse_mean": res.grid_train.mean(0),
         "gap_mean": res.grid_gap.mean(0), "gap_std": res.grid_gap.std(0),
         "ridge_last": res.grid_ridge_last.mean(0), "mixture_last": res.grid_mixture_last.mean(0),
         "dist_to_ridge": res.grid_dist_ridge.mean(0), "dist_to_mixture": res.grid_dist_mix.mean(0)}),

@@ -113,6 +113,20 @@ download.download_csv(pd.DataFrame({"rank": np.arange(1, K + 1), "omf_distance":
                                     "has_event": res.rank_events.any((1, 2))}), "ipm_ranking.csv",
                       key="dl_rank")
 
+
+def _rollout_frame(name, states, events):
+    """One drawn rollout (time × agent) as rows of a long table."""
+    t, a = np.indices(states.shape[:2])
+    return pd.DataFrame({"rollout": name, "t": t.ravel(), "agent": a.ravel(), "x": states[:, :, 0].ravel(),
+                         "y": states[:, :, 1].ravel(), "event": np.asarray(events, bool).ravel()})
+
+
+download.download_csv(lambda r=res: pd.concat([_rollout_frame("expert", r.rank_expert, np.zeros(r.rank_expert.shape[:2]))]
+                                              + [_rollout_frame(f"rank {i + 1}", s, e)
+                                                 for i, (s, e) in enumerate(zip(r.rank_states, r.rank_events))],
+                                              ignore_index=True),
+                      "ipm_ranked_rollouts.csv", key="dl_rank_rollouts")
+
 st.subheader("3 · Realism on held-out scenes")
 methods = list(res.table)
 labels = {"collision": "collision rate", "offroad": "off-road rate", "omf": "OMF distance to expert",
@@ -139,6 +153,8 @@ with left:
                             for k, v in res.loss_curves.items()},
                            title="DPO loss (rolling mean of 10; log 2 at the start)", xlabel="step")
         charts.show(fig, key="loss")
+        download.download_csv(pd.DataFrame({k: pd.Series(v) for k, v in res.loss_curves.items()}),
+                              "ipm_dpo_loss.csv", key="dl_loss")
     else:
         st.caption("0 DPO steps: the aligned policy is the reference.")
 with right:

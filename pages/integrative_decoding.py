@@ -57,6 +57,9 @@ hm = go.Figure(go.Heatmap(z=z, x=[f"fact {i + 1}" for i in range(F)], y=ylab, te
 hm.update_yaxes(autorange="reversed")
 charts.show(charts.themed(hm, "Sampled answers (value index; green = correct) and the ID answer",
                           height=160 + 22 * len(ylab)), key="detail_grid")
+download.download_csv(pd.DataFrame([{"row": ylab[r], "fact": j + 1, "value_index": text[r, j], "correct": z[r, j]}
+                                    for r in range(len(ylab)) if ylab[r].strip() for j in range(F)]),
+                      "integrative_decoding_detail_answers.csv", key="dl-integrative-decoding-detail-answers")
 sub = make_subplots(rows=1, cols=F, subplot_titles=[f"fact {i + 1}" for i in range(F)], horizontal_spacing=0.04)
 rows = []
 for i, top in enumerate(res.detail_top):

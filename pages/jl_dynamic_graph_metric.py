@@ -81,6 +81,8 @@ for tab, kind in zip(tabs, res.kinds):
 charts.show(charts.heatmap(res.rho_table, x=list(res.kinds), y=res.rho_names, zmin=-1, zmax=1,
                            title="Does each metric rise with the perturbation? Spearman ρ(strength, metric)",
                            colorbar_title="ρ", height=330), key="rho")
+download.download_csv(pd.DataFrame(res.rho_table, index=res.rho_names, columns=list(res.kinds))
+                      .rename_axis("metric").reset_index(), "jl_metric_spearman.csv", key="dl-jl-spearman")
 st.caption("ρ = 0 marks a metric that stays flat. Read off which single number tracks every kind of damage; on "
            "the default stream only the JL score tracks all three.")
 
@@ -119,7 +121,8 @@ if len(res.exact_dist):
             fig.add_trace(go.Scatter(x=lim, y=lim * np.sqrt(1 + sgn * eps), mode="lines", name=nm or "",
                                      showlegend=nm is not None, line=dict(color=charts.COLORS[1], dash="dash")))
 charts.show(fig, key="jl-bound")
-download.download_csv(pd.DataFrame({"exact": res.exact_dist, "projected": res.proj_dist}), "jl_metric_distances.csv")
+download.download_csv(pd.DataFrame({"exact": res.exact_dist, "projected": res.proj_dist, "jl_eps": eps}),
+                      "jl_metric_distances.csv")
 
 layout.how_it_works(r"""
 **Events to vectors.** A stream is a list of events $(u_i, v_i, t_i, \mathbf{x}_i)$. With features and

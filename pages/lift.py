@@ -59,7 +59,7 @@ with c2:
     fig.add_vrect(x0=0, x1=res.burn, fillcolor="gray", opacity=0.12, line_width=0)
     charts.show(fig, key="trace")
     download.download_csv(pd.DataFrame({"iteration": res.trace_iter, "spread": res.trace_spread,
-                                        "loglik": res.trace_loglik}), "lift_trace.csv")
+                                        "loglik": res.trace_loglik, "burn": res.burn}), "lift_trace.csv")
 
 fig = go.Figure()
 fig.add_trace(go.Scatter(x=res.pca_theta[:, 0], y=res.pca_theta[:, 1], mode="markers", name="task adapters θᵢ",
@@ -80,9 +80,12 @@ fig.add_trace(go.Scatter(x=res.pca_means[:, 0], y=res.pca_means[:, 1], mode="mar
 fig.update_xaxes(title="PC 1")
 fig.update_yaxes(title="PC 2")
 charts.show(charts.themed(fig, "The learned prior in adapter space (2-D PCA)", 400), key="pca")
-download.download_csv(pd.DataFrame({"kind": ["theta"] * len(res.pca_theta) + ["phi"] * len(res.pca_phi),
-                                    "pc1": np.r_[res.pca_theta[:, 0], res.pca_phi[:, 0]],
-                                    "pc2": np.r_[res.pca_theta[:, 1], res.pca_phi[:, 1]]}), "lift_pca.csv")
+download.download_csv(pd.DataFrame({"kind": ["theta"] * len(res.pca_theta) + ["phi"] * len(res.pca_phi)
+                                    + ["mixture_mean"] * len(res.pca_means),
+                                    "pc1": np.r_[res.pca_theta[:, 0], res.pca_phi[:, 0], res.pca_means[:, 0]],
+                                    "pc2": np.r_[res.pca_theta[:, 1], res.pca_phi[:, 1], res.pca_means[:, 1]],
+                                    "mix_weight": np.r_[np.full(len(res.pca_theta) + len(res.pca_phi), np.nan),
+                                                        res.mix_weights]}), "lift_pca.csv")
 
 layout.how_it_works(r"""
 **Model.** $\varphi \sim \mathcal N(0, \sigma_\varphi^2 I)$, $\theta_i\mid\varphi \sim \mathcal N(\varphi, \beta^2 I)$,

@@ -78,7 +78,9 @@ charts.show(charts.lines(ws, red, title="Share of the batch weight that goes to 
                          f"{'duplicated easy' if mlp else 'redundant'} rows (smoothed)",
                          xlabel="step", ylabel="weight share"), key="share")
 download.download_csv(pd.DataFrame({"step": ws, **{f"{s}_{g}": res.weight_share[s][:, i]
-                                                   for s in eng.STRATEGIES for i, g in enumerate(eng.GROUPS)}}),
+                                                   for s in eng.STRATEGIES for i, g in enumerate(eng.GROUPS)},
+                                    **{f"{s}_{eng.GROUPS[0]}_smoothed": red[lab[s]] for s in eng.STRATEGIES},
+                                    f"data_share_{eng.GROUPS[0]}": res.data_share[0]}),
                       "reweighting_weight_share.csv")
 
 if res.sweep_final:
@@ -97,7 +99,9 @@ if res.bound_curves:
     charts.show(charts.lines(bc["steps"], by, title="Bound shape: SGD, constant lr, uniform weights, two redundant "
                              "fractions (mean over 6 seeds)", xlabel="step", ylabel="log10 ‖θ − θ*‖²"), key="bound")
     download.download_csv(pd.DataFrame({"step": bc["steps"], **{k: bc[k] for k in bc if k.startswith(("measured",
-                                                                                                     "fit"))}}),
+                                                                                                     "fit"))},
+                                        **{f"rate_measured_{f:g}": sl for f, sl in zip(eng.BOUND_FRACS, bc["slopes"])},
+                                        **{f"rate_bound_{f:g}": pr for f, pr in zip(eng.BOUND_FRACS, bc["predicted"])}}),
                           "reweighting_bound_shape.csv")
 
 layout.how_it_works(r"""

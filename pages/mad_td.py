@@ -107,7 +107,7 @@ fin = pd.DataFrame([{"variant": k, "seed": s, "final RMSE": float(v[s])} for k, 
 med = fin.groupby("variant", sort=False)["final RMSE"].median()
 charts.show(charts.bars(list(med.index), list(med.values), title="Final on-policy RMSE (median over seeds)",
                         ylabel="RMSE", colors=charts.COLORS[:len(med)]), key="final")
-download.download_csv(fin, "mad_td_final.csv")
+download.download_csv(fin.assign(**{"median final RMSE (variant)": fin["variant"].map(med)}), "mad_td_final.csv")
 
 st.subheader("Actor-critic: overestimation and returns of the current policy (paired seeds)")
 c1, c2 = st.columns(2)
@@ -133,6 +133,12 @@ with c4:
     fig.update_xaxes(title="K₁ (position gain)")
     fig.update_yaxes(title="K₂ (velocity gain)")
     charts.show(fig, key="gain")
+    download.download_csv(pd.DataFrame([{"variant": k, "seed": s, "checkpoint": t, "K1": float(g[s, t, 0]),
+                                         "K2": float(g[s, t, 1]), "K1_star": float(res.K_star[0]),
+                                         "K2_star": float(res.K_star[1])}
+                                        for k, g in res.gain.items() for s in range(g.shape[0])
+                                        for t in range(g.shape[1])]),
+                          "mad_td_actor_gain.csv", key="dl-mad-td-actor-gain")
 per_seed = pd.DataFrame([     # slope columns NaN: the actor was unstable at every 2nd-half checkpoint
     {"variant": k, "seed": s, "overestimation (2nd half)": float(res.late_over[k][s]),
      "worst regret (2nd half)": float(res.worst_regret[k][s]),
@@ -160,7 +166,7 @@ for i, (name, z) in enumerate(res.heat.items()):
         f.add_trace(go.Scatter(x=res.data_states[:, 0], y=res.data_states[:, 1], mode="markers",
                                marker=dict(size=3, color="black"), name="data", showlegend=False))
         charts.show(f, key=f"heat{i}")
-download.download_json({"axis": res.heat_axis, **res.heat}, "mad_td_error_maps.json")
+download.download_json({"axis": res.heat_axis, **res.heat, "data_states": res.data_states}, "mad_td_error_maps.json")
 
 fig = go.Figure()
 for i, (name, q) in enumerate(res.slice_q.items()):
@@ -174,7 +180,8 @@ charts.themed(fig, f"Q(s₀, a) at s₀ = ({res.slice_state[0]:.1f}, {res.slice_
 fig.update_xaxes(title="action a")
 fig.update_yaxes(title="Q")
 charts.show(fig, key="slice")
-download.download_csv(pd.DataFrame({"a": res.slice_a, **res.slice_q}), "mad_td_q_slice.csv")
+download.download_csv(pd.DataFrame({"a": res.slice_a, **res.slice_q, "pi_s0": res.metrics["pi_s0"],
+                                    "data_action_min": lo, "data_action_max": hi}), "mad_td_q_slice.csv")
 
 layout.how_it_works(r"""
 **Task.** $s' = As + Ba + w$, $r = -(s^\top Q_c s + R_c a^2)$, discount $\gamma$. The evaluated policy is the LQR optimum

@@ -68,7 +68,8 @@ with c3:
                        title="Self-training with DPO on MBR pairs", xlabel="iteration", ylabel="quality",
                        mode="lines+markers")
     charts.show(fig, key="selftrain")
-    download.download_csv(pd.DataFrame({"iteration": res.st_iters, "greedy": res.st_greedy, "mbr": res.st_mbr}),
+    download.download_csv(pd.DataFrame({"iteration": res.st_iters, "greedy": res.st_greedy, "mbr": res.st_mbr,
+                                        "base_model_mbr": res.mbr_level}),
                           "mbr_self_training.csv")
     if len(res.st_margin):
         st.caption("Mean implied DPO reward margin per iteration: " +
@@ -84,8 +85,10 @@ with c4:
                                zmin=1, zmax=5, colorbar=dict(title="judge")))
     fig.update_yaxes(autorange="reversed")
     charts.show(charts.themed(fig, "One test prompt: judge scores (★ = MBR choice)", 380), key="heat")
-    download.download_csv(download.matrix_frame(res.detail_U, "candidate", "reference", "judge_score"),
-                          "mbr_detail_utilities.csv")
+    util_df = download.matrix_frame(res.detail_U, "candidate", "reference", "judge_score")
+    util_df["candidate_quality"] = np.asarray(res.detail_quality)[util_df["candidate"]]
+    util_df["mbr_choice"] = util_df["candidate"] == res.detail_choice
+    download.download_csv(util_df, "mbr_detail_utilities.csv")
     with st.expander("The candidates of this prompt, as words"):
         st.dataframe(pd.DataFrame({"candidate": [f"#{i + 1}" for i in range(N)], "answer": res.detail_answers,
                                    "true quality": res.detail_quality}), hide_index=True)

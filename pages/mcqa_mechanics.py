@@ -138,6 +138,7 @@ download.download_csv(pd.DataFrame({"layer": layer_names, "lens_accuracy": res.l
                                     "mean_rank_of_correct_letter": res.lens_rank,
                                     "top1_in_vocabulary": res.lens_top1,
                                     "mean_logit_correct": res.lens_correct, "mean_logit_others": res.lens_other,
+                                    "probe_letter_accuracy": res.probe_letter, "probe_slot_accuracy": res.probe_slot,
                                     **{f"example_logit_{c}": res.example_letters[:, i]
                                        for i, c in enumerate(eng.LETTERS)}}), "logit_lens.csv")
 
@@ -165,9 +166,9 @@ with left:
                                colorbar_title="recovery", height=340), key="head-heat")
 with right:
     ks = np.arange(1, len(res.topk_curve) + 1)
+    random_point = np.where(ks == int(m["k"]), res.random_k.mean(), np.nan)
     charts.show(charts.lines(ks, {"top heads, patched together": res.topk_curve,
-                                  f"{int(m['k'])} random heads (mean)":
-                                  np.where(ks == int(m["k"]), res.random_k.mean(), np.nan)},
+                                  f"{int(m['k'])} random heads (mean)": random_point},
                              title="Joint recovery of the top-k heads", xlabel="k", ylabel="recovery",
                              mode="lines+markers", height=340), key="topk")
 st.caption("Top heads: " + ", ".join(f"L{la + 1}H{h + 1} ({res.head_patch[la, h]:.2f})" for la, h in res.top_heads)
@@ -190,7 +191,8 @@ charts.show(charts.bars(list(eng.POS_NAMES), res.attn_top,
                         ylabel="attention", text_fmt=".2f", height=320), key="attn-top")
 download.download_csv(pd.DataFrame([{"layer": i + 1, "head": j + 1, "recovery": res.head_patch[i, j]}
                                     for i in range(L) for j in range(H)]), "head_patching.csv")
-download.download_csv(pd.DataFrame({"k": ks, "joint_recovery_top_k": res.topk_curve}), "top_k_heads.csv")
+download.download_csv(pd.DataFrame({"k": ks, "joint_recovery_top_k": res.topk_curve,
+                                    "random_k_heads_mean": random_point}), "top_k_heads.csv")
 download.download_csv(pd.DataFrame({"position": list(eng.POS_NAMES), "attention": res.attn_top}),
                       "top_head_attention.csv")
 

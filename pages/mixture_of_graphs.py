@@ -91,6 +91,8 @@ download.download_csv(pd.DataFrame({"round": np.arange(len(res.time_full)), "ful
                                     "mog_s": res.time_mog}), "mog_inference_times.csv")
 charts.show(charts.lines(np.arange(1, len(res.router_loss) + 1), {"router + GNN loss": res.router_loss},
                          title="Joint training of router and GNN", xlabel="epoch", ylabel="loss"), key="loss")
+download.download_csv(pd.DataFrame({"epoch": np.arange(1, len(res.router_loss) + 1), "loss": res.router_loss}),
+                      "mog_router_loss.csv", key="dl-mog-router-loss")
 
 layout.how_it_works(r"""
 **Experts.** Expert $k = (c, \rho)$ prunes node $i$'s ego-graph: it ranks $i$'s edges by the criterion

@@ -77,6 +77,8 @@ if res.views_example:
     titles = [f"view 1 · {c}" for c in ex["labels"]] + [f"view 2 · {c}" for c in ex["labels"]]
     charts.show(charts.image_grid(imgs, titles, cols=len(ex["labels"]), diverging=False,
                                   title="The two views of a few samples"), key="views")
+    download.download_json({"view1": ex["view1"], "view2": ex["view2"], "labels": ex["labels"]},
+                           "coper_view_examples.json", key="dl-coper-views")
 
 left, right = st.columns(2)
 y = res.labels

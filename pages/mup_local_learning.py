@@ -75,6 +75,8 @@ download.download_csv(pd.DataFrame({"param": np.repeat(res.param_names, len(res.
                                     "width": np.tile(res.widths, len(res.param_names)),
                                     "lr_star": res.lr_star.ravel()}), "mup_lr_star.csv",
                       label="Download lr* per width (CSV)")
+download.download_csv(pd.DataFrame({"step": res.curve_steps, **series}), "mup_muP_training_curves.csv",
+                      label="Download the μP training curves (CSV)", key="dl-mup-curves")
 
 # 3. experiment B
 c3, c4 = st.columns(2)
@@ -91,7 +93,8 @@ for col, pname in ((c3, "muP"), (c4, "SP")):
                                 line=dict(color="grey", dash="dot")))
         charts.show(f3, key=f"b-{pname}")
 brows = [{"param": p, "schedule": s, "width": int(m), "cos_pc_first_order": float(res.b_cos_fo[(p, s)][i]),
-          "cos_pc_gauss_newton": float(res.b_cos_gn[(p, s)][i])}
+          "cos_pc_gauss_newton": float(res.b_cos_gn[(p, s)][i]),
+          "cos_first_order_gauss_newton": float(res.b_cos_fo_gn[i])}
          for (p, s) in res.b_cos_fo for i, m in enumerate(res.b_widths)]
 download.download_csv(pd.DataFrame(brows), "mup_pc_linear_directions.csv",
                       label="Download the linear-net cosines (CSV)")

@@ -53,6 +53,7 @@ rows = {"step": res.steps}
 for v in eng.VARIANTS:
     for s in range(res.maxv[v].shape[0]):
         rows[f"{v}_seed{s}"] = res.maxv[v][s]
+rows["divergence_threshold"] = eng.DIVERGE
 download.download_csv(pd.DataFrame(rows), "pqn_baird_maxv.csv")
 
 left, right = st.columns(2)
@@ -81,6 +82,7 @@ with right:
     for v in eng.VARIANTS:
         for s in range(res.norm[v].shape[0]):
             nrows[f"{v}_seed{s}"] = res.norm[v][s]
+        nrows[f"{v}_median_finite_seeds"] = res.norm_median[v]
     download.download_csv(pd.DataFrame(nrows), "pqn_baird_norm.csv")
 
 if res.pqn:

@@ -58,6 +58,9 @@ charts.themed(fig, "x–y path of each controller (red: obstacle cost)" if cfg.a
 fig.update_xaxes(title="x")
 fig.update_yaxes(title="y", scaleanchor="x", scaleratio=1)
 charts.show(fig, key="traj")
+if cfg.addon == "obstacle":
+    download.download_csv(pd.DataFrame({"x": X.ravel(), "y": Y.ravel(), "obstacle_cost": Z.ravel()}),
+                          "residual_mppi_obstacle_cost.csv", key="dl-residual-mppi-obstacle-cost")
 trows = [{"variant": v, "step": t, "x": s[0], "y": s[1], "vx": s[2], "vy": s[3]}
          for v, tr in res.traj.items() for t, s in enumerate(tr)]
 download.download_csv(pd.DataFrame(trows), "residual_mppi_trajectories.csv")

@@ -154,7 +154,9 @@ with left:
     fig.update_yaxes(title="LSD (dB)")
     charts.show(fig, key="sweep")
     download.download_csv(pd.DataFrame([{"grid": g, "N": n, "lsd_db": v} for g, d in res.sweep.items()
-                                        for n, v in d.items()]), "rfwave_quality_vs_steps.csv")
+                                        for n, v in d.items()]
+                                       + [{"grid": f"reference line: {text}", "N": None, "lsd_db": y}
+                                          for y, _, text in refs]), "rfwave_quality_vs_steps.csv")
     if not cfg.sweep:
         st.caption("Tick *Full quality-vs-steps sweep* under Advanced for N ∈ {1, 2, 4, 6, 10, 20, 50} on both grids.")
 with right:
@@ -189,8 +191,10 @@ fig.update_yaxes(title="imaginary", scaleanchor="x", scaleratio=1)
 charts.show(fig, key="traj")
 st.caption("A different noise seed lands on a different phase; the magnitude (distance from 0) is what the "
            "Mel pins down.")
-download.download_csv(pd.DataFrame([{"N": n, "step": k, "re": p.real, "im": p.imag}
-                                    for n, path in res.traj.items() for k, p in enumerate(path)]),
+download.download_csv(pd.DataFrame([{"point": "path", "N": n, "step": k, "re": p.real, "im": p.imag}
+                                    for n, path in res.traj.items() for k, p in enumerate(path)]
+                                   + [{"point": "ground truth", "N": None, "step": None, "re": res.traj_target.real,
+                                       "im": res.traj_target.imag}]),
                       "rfwave_trajectory.csv")
 
 st.subheader("5 · Metrics")

@@ -113,6 +113,9 @@ if cfg.tokenization == "per_conv":
                                xlabel="column", ylabel="row"), key="dispatch_grid")
 download.download_csv(download.matrix_frame(a["D"], "token", "slot", "dispatch"), "softmoe_dispatch.csv")
 download.download_csv(download.matrix_frame(a["C"], "token", "slot", "combine"), "softmoe_combine.csv")
+download.download_json({"tokenization": cfg.tokenization, "observation_ball1_paddle2": img, "slot_cosine": a["slot_cos"],
+                        **({"largest_dispatch_per_token_grid": mass} if cfg.tokenization == "per_conv" else {})},
+                       "softmoe_tokenization_anatomy.json", key="dl-softmoe-tokenization-anatomy")
 
 # 4-5. parameters and expert masking
 c5, c6 = st.columns(2)

@@ -78,13 +78,17 @@ with left:
     fig.add_trace(go.Histogram(x=res.scores_plain[np.isfinite(res.scores_plain)], name="clean rows", xbins=bins,
                                histnorm="probability density", opacity=0.6))
     xs = np.linspace(0, 1, 200)
-    fig.add_trace(go.Scatter(x=xs, y=norm.pdf(xs, res.null_mu, res.null_sd), name="null (calibration pool)",
+    null_pdf = norm.pdf(xs, res.null_mu, res.null_sd)
+    fig.add_trace(go.Scatter(x=xs, y=null_pdf, name="null (calibration pool)",
                              line=dict(color="black", dash="dot")))
     charts.themed(fig, "Per-row scores: share of agreeing bit pairs", 360, barmode="overlay")
     fig.update_xaxes(title="row score")
     charts.show(fig, key="rowscores")
     download.download_csv(pd.DataFrame({"watermarked": pd.Series(res.scores_wm), "clean": pd.Series(res.scores_plain)}),
                           "tabwak_row_scores.csv")
+    download.download_json({"null_mu": res.null_mu, "null_sd": res.null_sd,
+                            "curve": {"x": xs, "density": null_pdf}},
+                           "tabwak_null_distribution.json", key="dl-tabwak-null")
 with right:
     fig = go.Figure()
     fig.add_trace(go.Histogram(x=res.z_wm, name=f"watermarked (TPR {m['tpr']:.2f})", opacity=0.65))
@@ -137,6 +141,8 @@ st.caption(f"Bars at a column's edge are values the model generated beyond the r
 download.download_csv(pd.DataFrame({**{f"wm_{n}": res.wm_cols[:, j] for j, n in enumerate(res.col_names)},
                                     **{f"plain_{n}": res.plain_cols[:, j] for j, n in enumerate(res.col_names)}}),
                       "tabwak_columns.csv")
+download.download_csv(pd.DataFrame({f"real_{n}": res.real_cols[:, j] for j, n in enumerate(res.col_names)}),
+                      "tabwak_real_columns.csv", key="dl-tabwak-real-columns")
 
 layout.how_it_works(r"""
 **Backbone.** Encoder $e_c = (\operatorname{asinh}(x_c/k_c) - m_c)/s_c$ per column (exactly invertible; the decoder

@@ -214,10 +214,11 @@ charts.themed(fig, "Histogram of per-passage gradient norms ‖∇θ L(z)‖", 3
 fig.update_xaxes(title="gradient norm")
 fig.update_yaxes(title="passages")
 charts.show(fig, key="norms")
-download.download_csv(pd.DataFrame({"passage": np.arange(len(res.grad_norms)), "grad_norm": res.grad_norms,
-                                    "frequent_in_grad_dot_top10": np.isin(np.arange(len(res.grad_norms)),
-                                                                          res.frequent_dot)}),
-                      "trackstar_grad_norms.csv")
+norms_df = pd.DataFrame({"passage": np.arange(len(res.grad_norms)), "grad_norm": res.grad_norms,
+                         "frequent_in_grad_dot_top10": np.isin(np.arange(len(res.grad_norms)), res.frequent_dot),
+                         "grad_dot_top10_lists": 0})
+norms_df.loc[np.asarray(res.frequent_dot, dtype=int), "grad_dot_top10_lists"] = res.frequent_dot_count
+download.download_csv(norms_df, "trackstar_grad_norms.csv")
 
 layout.how_it_works(r"""
 **Gradients.** For a passage $z$, $g(z) = \nabla_\theta \tfrac1T\sum_t -\log p(z_{t}\mid z_{<t})$ at the final

@@ -97,6 +97,8 @@ with right:
     download.download_csv(pd.DataFrame({"tau": res.curve_tau, "Z": res.curve_z, "tv_q1_p1": res.curve_tv1,
                                         "tv_q0_p0": res.curve_tv0, "mean_len2": res.curve_len2}),
                           "ufm_tradeoff.csv")
+    download.download_csv(pd.DataFrame({"tau": res.mc_tau, "Z_measured": res.mc_z, "tv_q1_p1_measured": res.mc_tv1}),
+                          "ufm_tradeoff_measured.csv", key="dl-ufm-tradeoff-measured")
 
 st.subheader("2 · Where each flow lands")
 names = list(res.outputs)
@@ -122,7 +124,9 @@ for name in names:
 charts.themed(fig, "Share of outputs nearest to each target mode", 340, barmode="group")
 charts.show(fig, key="modes")
 download.download_csv(pd.DataFrame({"mode": np.arange(1, len(res.w1) + 1), "target": res.w1,
-                                    **{n: res.mode_hist[n] for n in names}}), "ufm_mode_weights.csv")
+                                    **{n: res.mode_hist[n] for n in names},
+                                    "centre_x": res.mu1[:, 0], "centre_y": res.mu1[:, 1],
+                                    "valid_radius_3sigma1": 3 * res.sigma1}), "ufm_mode_weights.csv")
 download.download_csv(pd.DataFrame([{"flow": n, "x": p[0], "y": p[1], "valid": bool(v)}
                                     for n in names for p, v in zip(res.outputs[n][:1500], res.valid[n][:1500])]),
                       "ufm_outputs.csv")
