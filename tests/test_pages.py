@@ -262,11 +262,11 @@ def test_app_warms_libraries_in_background_after_first_render():
                           cwd=ROOT).stdout.strip() == "True"
 
 
-@pytest.mark.parametrize("paper", BUILT, ids=IDS)
-def test_page_default_view(paper, monkeypatch):
+def _record_downloads(monkeypatch) -> list:
+    """Record (file name, data) of every download button the page script creates from now on."""
     import streamlit
 
-    offered = []          # (file name, data) of every download button the page offers
+    offered = []
     real = streamlit.download_button
 
     def recording(label, data, *args, **kwargs):
@@ -274,6 +274,23 @@ def test_page_default_view(paper, monkeypatch):
         return real(label, data, *args, **kwargs)
 
     monkeypatch.setattr(streamlit, "download_button", recording)
+    return offered
+
+
+def _check_downloads(offered: list) -> None:
+    """The downloads are encoded on click (deferred): encode each one here and check that it parses."""
+    for name, data in offered:
+        payload = data() if callable(data) else data
+        assert isinstance(payload, bytes) and payload, name
+        if name.endswith(".csv"):
+            assert len(pd.read_csv(io.BytesIO(payload))) > 0, name
+        elif name.endswith(".json"):
+            assert json.loads(payload) not in (None, {}, []), name
+
+
+@pytest.mark.parametrize("paper", BUILT, ids=IDS)
+def test_page_default_view(paper, monkeypatch):
+    offered = _record_downloads(monkeypatch)
     at = _open(paper)
     _no_exception(at)
     assert not at.error, [e.value for e in at.error]
@@ -285,15 +302,8 @@ def test_page_default_view(paper, monkeypatch):
     compute = [c.value for c in at.sidebar.caption if "Compute:" in c.value]
     uses = getattr(importlib.import_module(paper.module), "USES_DEVICE", False)
     assert compute == [":material/memory: Compute: " + ("CPU (forced by EXPLORER_FORCE_CPU)" if uses else "CPU")]
-    # the downloads are encoded on click (deferred): encode each one here and check that it parses
     assert len(at.get("download_button")) == len(offered)
-    for name, data in offered:
-        payload = data() if callable(data) else data
-        assert isinstance(payload, bytes) and payload, name
-        if name.endswith(".csv"):
-            assert len(pd.read_csv(io.BytesIO(payload))) > 0, name
-        elif name.endswith(".json"):
-            assert json.loads(payload) not in (None, {}, []), name
+    _check_downloads(offered)
 
 
 @pytest.mark.parametrize("paper", BUILT, ids=IDS)
@@ -313,10 +323,11 @@ def test_page_shared_link_reproduces_view(paper):
 
 
 @pytest.mark.parametrize("paper", BUILT, ids=IDS)
-def test_page_widgets_random_values(paper):
+def test_page_widgets_random_values(paper, monkeypatch):
     cls = _config_cls(paper)
     rng = random.Random(f"widgets-{paper.slug}")
     at = _open(paper)
+    offered = _record_downloads(monkeypatch)
     for _ in range(DRAWS):
         cfg = _random_valid_config(cls, rng)
         for name, spec in widget_specs(cls).items():
@@ -326,8 +337,11 @@ def test_page_widgets_random_values(paper):
                 w.input(value)
             else:
                 w.set_value(value)
+        offered.clear()
         at.run()
         _no_exception(at)
+        # the files of the downloads this view offers encode too (they are built only when clicked)
+        _check_downloads(offered)
 
 
 @pytest.mark.parametrize("paper", BUILT, ids=IDS)
