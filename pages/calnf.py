@@ -102,7 +102,14 @@ with left:
     download.download_csv(pd.DataFrame({"component": np.arange(1, K + 1), "c_star": res.c_star}), "calnf_cstar.csv")
 with right:
     fig = charts.lines(res.curve_steps, {names[k]: v for k, v in res.curves.items()},
-                       title="Held-out failure LL during training (clipped)", xlabel="step", ylabel="nats")
+                       title="Failure LL during training (clipped): held-out points solid, the training failure "
+                             "points dotted", xlabel="step", ylabel="nats")
+    for i, k in enumerate(res.curves):   # each method's training curve, grouped with its held-out one
+        if len(res.curves_train.get(k, [])):
+            fig.data[i].legendgroup = names[k]
+            fig.add_trace(go.Scatter(x=res.curve_steps, y=res.curves_train[k], name=f"{names[k]} (training)",
+                                     legendgroup=names[k], showlegend=False, mode="lines",
+                                     line=dict(color=fig.data[i].line.color, width=1.5, dash="dot")))
     charts.show(fig, key="curves")
     download.download_csv(pd.DataFrame({"step": res.curve_steps,
                                         **{f"heldout_{k}": v for k, v in res.curves.items()},

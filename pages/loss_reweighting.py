@@ -1,5 +1,6 @@
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
 from components import charts, download, layout, state
@@ -82,6 +83,20 @@ download.download_csv(pd.DataFrame({"step": ws, **{f"{s}_{g}": res.weight_share[
                                     **{f"{s}_{eng.GROUPS[0]}_smoothed": red[lab[s]] for s in eng.STRATEGIES},
                                     f"data_share_{eng.GROUPS[0]}": res.data_share[0]}),
                       "reweighting_weight_share.csv")
+# all three groups at once: where each strategy's batch weight goes late in training, against the rows' own shares
+late = {s: res.weight_share[s][-max(1, len(ws) // 10):].mean(0) for s in eng.STRATEGIES}
+bar_names = ["data (row shares)"] + [lab[s] for s in eng.STRATEGIES]
+groups = [(i, g) for i, g in enumerate(eng.GROUPS_MLP if mlp else eng.GROUPS) if g != "-"]
+fig = go.Figure([go.Bar(x=bar_names, y=[res.data_share[i]] + [late[s][i] for s in eng.STRATEGIES], name=g)
+                 for i, g in groups])
+fig.update_layout(barmode="stack")
+fig.update_yaxes(title="share of the batch weight", range=[0, 1])
+charts.show(charts.themed(fig, "Weight share per group over the last 10 % of steps (seed mean)", 340),
+            key="share-stack")
+download.download_csv(pd.DataFrame([{"bar": "data", **{g: res.data_share[i] for i, g in groups}}]
+                                   + [{"bar": s, **{g: late[s][i] for i, g in groups}}
+                                      for s in eng.STRATEGIES]), "reweighting_late_group_shares.csv",
+                      key="dl-reweighting-late-shares")
 
 if res.sweep_final:
     charts.show(charts.lines(res.sweep_lrs, {lab[s]: v for s, v in res.sweep_final.items()},

@@ -140,6 +140,13 @@ if res.masking is not None:
                    "are played. Experts are numbered per seed, so the bars average unrelated experts; the claim "
                    "averages over seeds and over which expert is pruned. Mean combine mass per expert: "
                    + "; ".join(", ".join(f"{v:.2f}" for v in row) for row in mk["mass"]))
+        n_seed, n_exp = mk["mass"].shape
+        charts.show(charts.heatmap(mk["mass"], x=[f"expert {j}" for j in range(n_exp)],
+                                   y=[f"seed {i}" for i in range(n_seed)], zmin=0, zmax=max(0.5, float(mk["mass"].max())),
+                                   title="Expert usage: mean combine mass per expert (shipped SoftMoE-4)",
+                                   colorbar_title="mass", height=220 + 20 * n_seed), key="usage")
+        download.download_csv(download.matrix_frame(mk["mass"], "seed", "expert", "combine_mass"),
+                              "softmoe_expert_usage.csv", key="dl-softmoe-usage")
         if m["mask_mean_drop"] > 0.15:
             st.info(
                 "Not reproduced at this scale, and not an artefact of the 0/1 success metric. Pruning one expert "
