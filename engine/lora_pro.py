@@ -82,6 +82,8 @@ class Result:
     metrics: dict[str, float] = field(default_factory=dict)
     model: str = "linear"
     layer_err: dict[str, np.ndarray] = field(default_factory=dict)   # MLP: (steps, layers) e(t) per layer
+    # linear model: (steps, 5) gradient_plane(g, g̃_lora, g̃_pro) at each step of the LoRA-Pro run; empty for the MLP
+    plane: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
 
 
 # ----------------------------------------------------------------------------- the algebra
@@ -191,7 +193,8 @@ def train(p: Problem, method: str, lr: float, steps: int, s: float, optimizer: s
     A, B = p.A0.copy(), np.zeros((M, r))
     W = p.W0.copy()
     losses = np.full(steps + 1, np.nan)
-    errs = {"lora": np.full(steps, np.nan), "lorapro": np.full(steps, np.nan)} if record_err else None
+    errs = ({"lora": np.full(steps, np.nan), "lorapro": np.full(steps, np.nan),
+             "plane": np.full((steps, 5), np.nan)} if record_err else None)
     b1, b2, eps = 0.9, 0.999, 1e-8
     mW = np.zeros_like(W)
     vW = np.zeros_like(W)
@@ -209,9 +212,12 @@ def train(p: Problem, method: str, lr: float, steps: int, s: float, optimizer: s
         if record_err:
             gn = np.linalg.norm(g) + 1e-300
             la, lb = lora_grads(A, B, g, s)
-            errs["lora"][t] = np.linalg.norm(equivalent_gradient(A, B, la, lb, s) - g) / gn
+            g_lora = equivalent_gradient(A, B, la, lb, s)
+            errs["lora"][t] = np.linalg.norm(g_lora - g) / gn
             pa, pb, _ = lorapro_grads(A, B, g, s, x_choice)
-            errs["lorapro"][t] = np.linalg.norm(equivalent_gradient(A, B, pa, pb, s) - g) / gn
+            g_pro = equivalent_gradient(A, B, pa, pb, s)
+            errs["lorapro"][t] = np.linalg.norm(g_pro - g) / gn
+            errs["plane"][t] = gradient_plane(g, g_lora, g_pro)
         if method == "full":
             if optimizer == "sgd":
                 W = W - lr * g
@@ -249,6 +255,28 @@ def train(p: Problem, method: str, lr: float, steps: int, s: float, optimizer: s
     losses[steps] = L
     fn = float(np.linalg.norm(A) + np.linalg.norm(B)) if method != "full" else np.nan
     return losses, errs, W, fn
+
+
+def gradient_plane(g: np.ndarray, g_lora: np.ndarray, g_pro: np.ndarray) -> np.ndarray:
+    """The three gradients in the plane spanned by g and g̃_pro, in units of ‖g‖ (Frobenius inner product).
+
+    Axis 1 is g itself, axis 2 the part of g̃_pro orthogonal to g. Returns (pro_x, pro_y, lora_x, lora_y,
+    lora_out): the coordinates of g̃_pro and of g̃_lora, and the norm of the part of g̃_lora outside the plane
+    (g sits at (1, 0)). Since g̃_pro is the orthogonal projection of g onto a subspace, ⟨g, g̃_pro⟩ = ‖g̃_pro‖²,
+    so g̃_pro lies on the circle with diameter from 0 to g."""
+    gn = float(np.linalg.norm(g))
+    if gn == 0.0:
+        return np.full(5, np.nan)
+    u1 = g / gn
+    perp = g_pro - np.sum(g_pro * u1) * u1
+    pn = float(np.linalg.norm(perp))
+    if pn <= 1e-12 * gn:                        # g̃_pro along g: take the second axis from g̃_lora instead
+        perp = g_lora - np.sum(g_lora * u1) * u1
+        pn = float(np.linalg.norm(perp))
+    u2 = perp / pn if pn > 0 else np.zeros_like(g)
+    lx, ly = float(np.sum(g_lora * u1)), float(np.sum(g_lora * u2))
+    out = float(np.linalg.norm(g_lora - lx * u1 - ly * u2))
+    return np.array([np.sum(g_pro * u1), np.sum(g_pro * u2), lx, ly, out]) / gn
 
 
 def _lr_sweep(train_one, grid, progress, n_jobs: int, prefix: str):
@@ -299,6 +327,7 @@ def run_linear(config: Config, progress=None) -> Result:
     err_on_lora = train(p, "lora", best_lr["lora"], steps, s, config.optimizer, config.x_choice, True)[1]
     err_on_pro = train(p, "lorapro", best_lr["lorapro"], steps, s, config.optimizer, config.x_choice, True)[1]
     err = {"lora": err_on_lora["lora"], "lorapro": err_on_pro["lorapro"]}
+    plane = err_on_pro["plane"]           # the three gradients along the LoRA-Pro trajectory
 
     sv_target = np.linalg.svd(p.Wstar - p.W0, compute_uv=False)[: max(r, config.target_rank) + 2]
     sv_learned = {}
@@ -340,7 +369,7 @@ def run_linear(config: Config, progress=None) -> Result:
     return Result(steps=np.arange(steps + 1), loss=loss, err=err, lr_grid=np.array(grid, float),
                   final_by_lr=final_by_lr, best_lr=best_lr, floor=floor, sv_target=sv_target,
                   sv_learned=sv_learned, twin_loss=twin_loss, twin_floor=twin_floor, twin_rank=twin_rank,
-                  factor_norms=factor_norms, metrics=metrics)
+                  factor_norms=factor_norms, metrics=metrics, plane=plane)
 
 
 def claims(result: Result) -> list[Claim]:

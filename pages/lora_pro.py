@@ -6,6 +6,7 @@ import streamlit as st
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import lora_pro as eng
+from engine.core import Int
 
 SLUG = "lora-pro"
 layout.paper_header(
@@ -67,6 +68,37 @@ for tr, m in zip(fig.data, ("lora", "lorapro")):
 charts.show(fig, key="err")
 download.download_csv(pd.DataFrame({"step": t, "e_lora": res.err["lora"], "e_lorapro": res.err["lorapro"]}),
                       "lora_pro_gradient_error.csv")
+if len(res.plane):
+    n_pl = len(res.plane)
+    k_pl = state.bind_view(SLUG, "plane_step", Int(0, n_pl - 1, "Step of the gradient picture",
+                                                   help="a view setting: the picture is recorded at every step"),
+                           default=n_pl // 2)
+    px_, py_, lx_, ly_, lout = res.plane[k_pl]
+    fig = go.Figure()
+    th = np.linspace(0, 2 * np.pi, 121)
+    fig.add_trace(go.Scatter(x=0.5 + 0.5 * np.cos(th), y=0.5 * np.sin(th), mode="lines", hoverinfo="skip",
+                             line=dict(color="#999999", dash="dot", width=1),
+                             name="circle on 0–g: where any orthogonal projection of g lies"))
+    for (x_, y_), lab, col in (((1.0, 0.0), "g (full gradient)", "#444444"), ((px_, py_), "g̃ LoRA-Pro", COLOR["lorapro"]),
+                               ((lx_, ly_), f"g̃ LoRA, in-plane part ({lx_:.2g}, {ly_:.2g}); {lout:.2g} lies outside",
+                                COLOR["lora"])):
+        wide = lab.startswith("g (")          # g wide and pale underneath: g̃_pro usually runs along it
+        fig.add_trace(go.Scatter(x=[0, x_], y=[0, y_], mode="lines+markers", name=lab, opacity=0.45 if wide else 1,
+                                 line=dict(color=col, width=9 if wide else 3), marker=dict(size=[0, 10], color=col)))
+    # a fixed window around 0, g and the circle: plain LoRA's vector is often many times longer than g, and it
+    # would shrink the rest to a dot; its line then runs off the window (its coordinates are in the legend)
+    fig.update_xaxes(title="along g (units of ‖g‖)", zeroline=True, range=[-1.2, 2.2])
+    fig.update_yaxes(title="across g, toward g̃_pro", zeroline=True, range=[-1.2, 1.2], scaleanchor="x",
+                     scaleratio=1)
+    charts.show(charts.themed(fig, f"The three gradients at step {k_pl} of the LoRA-Pro run, in the plane of g "
+                                   "and g̃_pro", 420), key="plane")
+    st.caption("LoRA-Pro's equivalent gradient is the orthogonal projection of g onto what the adapter can express, "
+               "so it sits on the dotted circle, as close to g as that allows. Plain LoRA's is another point of the "
+               "same space, scaled by the factors' norms, and usually farther from g.")
+    download.download_csv(pd.DataFrame({"step": np.arange(n_pl), "pro_x": res.plane[:, 0], "pro_y": res.plane[:, 1],
+                                        "lora_x": res.plane[:, 2], "lora_y": res.plane[:, 3],
+                                        "lora_out_of_plane": res.plane[:, 4]}), "lora_pro_gradient_plane.csv",
+                          key="dl-lora-pro-plane")
 if res.model == "mlp" and res.layer_err:
     nl = res.layer_err["lora"].shape[1]
     per = {f"{lab} layer {i + 1}": res.layer_err[key][:, i] for key, lab in (("lora", "LoRA"), ("lorapro", "LoRA-Pro"))

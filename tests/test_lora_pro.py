@@ -236,3 +236,24 @@ def test_mlp_negative_controls(monkeypatch):
     res = eng.run(eng.Config(model="mlp", steps=40))
     c1, c2 = eng.claims(res)
     assert not c1.passed and not c2.passed
+
+
+def test_gradient_plane_coordinates(default_result):
+    """The page's picture of the three gradients: g̃_pro lies on the circle with diameter 0–g (⟨g, g̃_pro⟩ =
+    ‖g̃_pro‖², an orthogonal projection), and the coordinates reproduce the recorded errors e(t) of both surrogates
+    (‖g̃ − g‖ / ‖g‖ from the in-plane part plus, for LoRA, the part outside the plane)."""
+    P = default_result.plane
+    assert P.shape == (len(default_result.err["lorapro"]), 5) and np.isfinite(P).all()
+    px, py, lx, ly, lout = P.T
+    # exact up to the regularised inverse (δ = 1e-8) of the projection: e_pro itself is ~1e-5 after step 0
+    np.testing.assert_allclose(px**2 + py**2, px, atol=1e-5)
+    np.testing.assert_allclose(np.hypot(px - 1, py), default_result.err["lorapro"], rtol=1e-6, atol=1e-9)
+    assert (lout >= 0).all() and (py >= 0).all()
+    # e_lora along the LoRA-Pro run is not the page's e_lora (that one follows the LoRA run): recompute it by hand
+    rng = np.random.default_rng(0)
+    g, gl, gp = rng.normal(size=(3, 6, 5))
+    x = eng.gradient_plane(g, gl, gp)
+    gn = np.linalg.norm(g)
+    assert np.sqrt((x[2] - 1) ** 2 + x[3] ** 2 + x[4] ** 2) == pytest.approx(np.linalg.norm(gl - g) / gn)
+    assert np.sqrt((x[0] - 1) ** 2 + x[1] ** 2) == pytest.approx(np.linalg.norm(gp - g) / gn)
+    assert np.hypot(x[2], x[3]) ** 2 + x[4] ** 2 == pytest.approx(np.sum(gl**2) / gn**2)
