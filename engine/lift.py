@@ -45,6 +45,10 @@ class Config:
     task_frac: float = param(1.0, Choice((0.1, 0.25, 0.5, 1.0), "Share of tasks updated per step",
                                          widget="select_slider", group="Advanced"))
     shot_sweep: bool = param(False, Bool("Full shot sweep (k = 1, 3, 10, 30)"))
+    adapter: str = param("lora", Choice(("lora", "linear"), "Adapter", widget="radio",
+                                        labels=("LoRA: A and B sampled", "linear: A frozen, B sampled"),
+                                        help="With A frozen the model is linear-Gaussian in B, so the exact "
+                                             "posterior of φ_B is known: the page compares the chain with it"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
@@ -69,6 +73,8 @@ class Result:
     pca_means: np.ndarray
     mix_weights: np.ndarray
     metrics: dict[str, float] = field(default_factory=dict)
+    # linear adapter only: per coordinate of φ_B (DY·r), the chain's mean / variance and the exact posterior's
+    exact: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- model pieces
@@ -242,6 +248,28 @@ def _pca2(X):
     return lambda Z: (Z - mu) @ Vt[:2].T
 
 
+def exact_linear_posterior(fam: LoraFamily, A0: np.ndarray, H: np.ndarray, Y: np.ndarray, beta: float,
+                           sigma_phi: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exact posterior mean and variance of φ_B (flattened DY × r, as θ packs B) when A = A0 is frozen.
+
+    Per output j and task i, y_ij = H_i W0_j + Φ_i b_ij + noise with Φ_i = H_i A0ᵀ, b_ij ~ N(φ_Bj, β² I) and
+    noise ~ N(0, σ_y² I): marginally y_ij ~ N(H_i W0_j + Φ_i φ_Bj, C_i), C_i = σ_y² I + β² Φ_i Φ_iᵀ. With the prior
+    φ_Bj ~ N(0, σ_φ² I) the posterior of φ_Bj is Gaussian with precision I/σ_φ² + Σ_i Φ_iᵀ C_i⁻¹ Φ_i; the outputs j
+    are independent."""
+    r = A0.shape[0]
+    mean, var = np.zeros((DY, r)), np.zeros((DY, r))
+    Phi = H @ A0.T                                                     # (N, n, r)
+    C = SIGMA_Y**2 * np.eye(H.shape[1]) + beta**2 * Phi @ Phi.transpose(0, 2, 1)
+    CiPhi = np.linalg.solve(C, Phi)                                    # C_i⁻¹ Φ_i
+    prec = np.eye(r) / sigma_phi**2 + np.einsum("inr,ins->rs", Phi, CiPhi)
+    cov = np.linalg.inv(prec)
+    for j in range(DY):
+        resid = Y[:, :, j] - H @ fam.W0[j]                              # (N, n)
+        mean[j] = cov @ np.einsum("inr,in->r", CiPhi, resid)
+        var[j] = np.diag(cov)
+    return mean.ravel(), var.ravel()
+
+
 def run(config: Config, progress=None) -> Result:
     rng = seed_everything(config.seed)
     fam = LoraFamily(rng, config.rank)
@@ -262,15 +290,27 @@ def run(config: Config, progress=None) -> Result:
     A0 = rng.uniform(-1 / np.sqrt(DH), 1 / np.sqrt(DH), (config.rank, DH))
     B0 = rng.normal(0, 0.01, (DY, config.rank))
     theta0 = np.concatenate([A0.ravel(), B0.ravel()])
+    freeze = None
+    if config.adapter == "linear":        # A held at A0 in every task and in φ: linear-Gaussian in B
+        freeze = np.zeros(P, bool)
+        freeze[: config.rank * DH] = True
+    elif config.adapter != "lora":
+        raise InputError(f"unknown adapter: {config.adapter!r}")
     with np.errstate(all="ignore"):  # a diverging chain is detected below and reported
         samples, theta_tasks, (tr_it, tr_ll, tr_sp) = sgld_gibbs(
             lambda idx, th: fam.loglik_grad(th, tuple(a[idx] for a in tr_stats)), theta0, N, config.beta, config.sigma_phi,
             config.step, config.iters, min(config.burn, config.iters - 50), warm=300, thin=5,
-            task_frac=config.task_frac, rng=rng, progress=_span(progress, 0.0, 0.6))
+            task_frac=config.task_frac, rng=rng, progress=_span(progress, 0.0, 0.6), freeze=freeze)
     if len(samples) == 0 or not (np.all(np.isfinite(samples)) and np.all(np.isfinite(theta_tasks))
             and np.abs(samples).max() < 1e3):
         raise InputError("The SGLD chain diverged (the step ε is too large for this much data per task). "
                          "Lower the SGLD step or the examples per task.")
+    exact = {}
+    if freeze is not None:
+        mean, var = exact_linear_posterior(fam, A0, Htr, Ytr, config.beta, config.sigma_phi)
+        phiB = samples[:, config.rank * DH:]
+        exact = {"chain_mean": phiB.mean(0), "chain_var": phiB.var(0), "exact_mean": mean, "exact_var": var,
+                 "z": (phiB.mean(0) - mean) / np.sqrt(var), "var_ratio": phiB.var(0) / var}
     gmm = fit_gmm(samples, config.components, rng)
     gmm1 = fit_gmm(samples, 1, rng)
     b2 = config.beta**2
@@ -333,12 +373,16 @@ def run(config: Config, progress=None) -> Result:
         "ratio_k": float(r3), "ratio_30": float(r30), "ratio_gap": float(r30 - r3) if k <= 10 else np.nan,
         "shared_rel_err": rel, "shared_rel_err_start": rel_start, "max_mix_weight": float(gmm.pi.max()),
     }
+    if exact:
+        metrics.update(exact_max_abs_z=float(np.abs(exact["z"]).max()),
+                       exact_var_ratio_min=float(exact["var_ratio"].min()),
+                       exact_var_ratio_max=float(exact["var_ratio"].max()))
     report(progress, 1.0, "done")
     return Result(methods=list(per), mse_per_task=per, shots=shots,
                   mse_vs_shots={a: np.array(b) for a, b in mse_vs.items()}, trace_iter=tr_it, trace_loglik=tr_ll,
                   trace_spread=tr_sp, burn=min(config.burn, config.iters - 50), pca_phi=proj(samples),
                   pca_theta=proj(theta_tasks), pca_true=proj(phi_true[None]), pca_means=proj(gmm.mu),
-                  mix_weights=gmm.pi, metrics=metrics)
+                  mix_weights=gmm.pi, metrics=metrics, exact=exact)
 
 
 def _span(progress, a, b):

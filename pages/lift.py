@@ -87,6 +87,32 @@ download.download_csv(pd.DataFrame({"kind": ["theta"] * len(res.pca_theta) + ["p
                                     "mix_weight": np.r_[np.full(len(res.pca_theta) + len(res.pca_phi), np.nan),
                                                         res.mix_weights]}), "lift_pca.csv")
 
+if res.exact:
+    st.subheader("Linear adapter: the chain against the exact posterior")
+    ex, m = res.exact, res.metrics
+    idx = [f"B[{j // cfg.rank}, {j % cfg.rank}]" for j in range(len(ex["exact_mean"]))]
+    c1, c2 = st.columns(2)
+    with c1:
+        fig = go.Figure()
+        fig.add_trace(go.Scatter(x=idx, y=ex["exact_mean"], mode="markers", name="exact mean ± 2 sd",
+                                 error_y=dict(type="data", array=2 * np.sqrt(ex["exact_var"])),
+                                 marker=dict(size=10, color=charts.COLORS[0])))
+        fig.add_trace(go.Scatter(x=idx, y=ex["chain_mean"], mode="markers", name="chain mean",
+                                 marker=dict(size=9, symbol="x", color=charts.COLORS[1])))
+        fig.update_yaxes(title="posterior mean of φ_B")
+        charts.show(charts.themed(fig, "Posterior mean per coordinate of φ_B", 360), key="exact-mean")
+    with c2:
+        fig = charts.bars(idx, ex["var_ratio"], title="Chain variance / exact variance", ylabel="ratio")
+        fig.add_hline(y=1.0, line_dash="dot")
+        charts.show(fig, key="exact-var")
+    download.download_csv(pd.DataFrame({"coordinate": idx, **{k: v for k, v in ex.items()}}), "lift_exact_posterior.csv",
+                          key="dl-lift-exact")
+    st.caption(f"With A frozen, y is linear in B and every distribution in the model is Gaussian, so p(φ_B | data) is "
+               f"known in closed form. This chain: largest |chain mean − exact mean| = {m['exact_max_abs_z']:.2f} "
+               f"posterior sd, variance ratios {m['exact_var_ratio_min']:.2f}–{m['exact_var_ratio_max']:.2f}. A "
+               "short chain (the default 1 500 iterations) is still off by a few sd; with 5 000 iterations and ε = "
+               "3e-4 it lands within about half a sd (measured at seed 0 and checked in the tests).")
+
 layout.how_it_works(r"""
 **Model.** $\varphi \sim \mathcal N(0, \sigma_\varphi^2 I)$, $\theta_i\mid\varphi \sim \mathcal N(\varphi, \beta^2 I)$,
 $y\mid x,\theta_i \sim \mathcal N\big((W_0 + B_iA_i)\,h(x),\ \sigma_y^2 I\big)$ with $\theta_i = (A_i, B_i)$ a rank-$r$ adapter on a
