@@ -129,3 +129,22 @@ def test_round_trip_error_falls_with_more_steps():
 
 def test_fixed_key_baseline_is_correlated(default_result):
     assert default_result.metrics["corr_fixed"] >= 0.4
+
+
+def test_attack_sweep():
+    """The page's attack sweep: at strength 0 both watermarks are detected in every sub-table; Gaussian noise lowers
+    the mean z step by step until neither is detected at σ = 0.5 column std; deleting rows only shrinks the tables,
+    so z falls like √(rows kept) and detection survives. The sweep is off by default."""
+    assert eng.run(eng.Config(pool=500)).sweep == {}
+    sw = eng.run(eng.Config(sweep=True, pool=500)).sweep
+    assert sw["attack"] == "noise" and list(sw["strength"]) == list(eng.SWEEP_STRENGTHS)
+    for name in ("tabwak", "tabwak_star"):
+        z, tpr = sw[f"z_{name}"], sw[f"tpr_{name}"]
+        assert tpr[0] == 1.0 and z[0] > 10
+        assert np.all(np.diff(z) < 0.5), z
+        assert z[-1] < eng.Z_THRESHOLD and tpr[-1] < 0.05
+    rows = eng.run(eng.Config(sweep=True, pool=500, attack="row_deletion")).sweep
+    kept = np.maximum(2, np.round(200 * (1 - 0.9 * rows["strength"]))) / 200
+    for name in ("tabwak", "tabwak_star"):
+        assert rows[f"tpr_{name}"].min() == 1.0
+        np.testing.assert_allclose(rows[f"z_{name}"] / rows[f"z_{name}"][0], np.sqrt(kept), rtol=0.15)
