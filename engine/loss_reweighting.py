@@ -120,6 +120,10 @@ class Result:
     metrics: dict[str, float] = field(default_factory=dict)
     setting: str = "linear"
     bound_curves: dict[str, np.ndarray] = field(default_factory=dict)   # linear: bound-shape side experiment
+    # linear: log10 per-row training loss (snapshots, strategies, rows) at steps snap_steps, seed 0; group of each row
+    snap_steps: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
+    snap_log_loss: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0), np.float32))
+    row_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
 
 
 def make_data(rng: np.random.Generator, frac_redundant: float, inf_scale: float, frac_outlier: float):
@@ -140,8 +144,11 @@ def make_data(rng: np.random.Generator, frac_redundant: float, inf_scale: float,
     return X, y, groups, theta
 
 
-def train_batched(X, y, groups, theta_star, strategies, lrs, cfg: Config, progress=None):
-    """Train K = len(strategies) configs × S seeds jointly; returns per-step log10 error (S, K, T+1)."""
+def train_batched(X, y, groups, theta_star, strategies, lrs, cfg: Config, progress=None, snaps: dict | None = None):
+    """Train K = len(strategies) configs × S seeds jointly; returns per-step log10 error (S, K, T+1).
+
+    ``snaps``, if given, maps the steps to record to None; they are filled with seed 0's parameters (K, D) after
+    that many steps."""
     S, K, T, Bsz = cfg.seeds, len(strategies), cfg.steps, cfg.batch
     theta = np.zeros((S, K, D))
     m = np.zeros_like(theta)
@@ -154,6 +161,8 @@ def train_batched(X, y, groups, theta_star, strategies, lrs, cfg: Config, progre
     onehot = np.eye(3)[groups]                                     # (N, 3)
     strat_of = np.array([STRATEGIES.index(s) for s in strategies])
     log_err[:, :, 0] = np.log10(np.sum(theta_star**2))
+    if snaps is not None and 0 in snaps:
+        snaps[0] = theta[0].copy()
     last = None
     groups_k = [(name, np.nonzero(strat_of == STRATEGIES.index(name))[0]) for name in STRATEGIES]
     groups_k = [(name, ks) for name, ks in groups_k if len(ks)]
@@ -187,6 +196,8 @@ def train_batched(X, y, groups, theta_star, strategies, lrs, cfg: Config, progre
             v[dead] = 0.0
             lrs_live[dead] = 0.0
         log_err[:, :, t + 1] = np.where(dead, 12.0, np.log10(np.maximum(err, 1e-300)))
+        if snaps is not None and t + 1 in snaps:
+            snaps[t + 1] = theta[0].copy()
         if t == T - 1:
             last = (losses[0], idx[0], w[0])
         if t % 50 == 0:
@@ -196,6 +207,7 @@ def train_batched(X, y, groups, theta_star, strategies, lrs, cfg: Config, progre
 
 BOUND_FRACS, BOUND_LR, BOUND_SCALE, BOUND_STEPS, BOUND_FIT_FROM = (0.5, 0.8), 0.1, 0.3, 300, 50
 BOUND_TOL = 0.15
+LOSS_SNAPSHOTS = 6          # steps 0 … T at which every training row's loss is kept for the histograms
 
 
 def predicted_log10_slope(frac_redundant: float, inf_scale: float, lr: float) -> float:
@@ -248,8 +260,14 @@ def run(config: Config, progress=None) -> Result:
     for s in swept:
         strategies += [s] * len(sweep_lrs)
         lrs += list(sweep_lrs)
+    snaps = dict.fromkeys(np.linspace(0, config.steps, LOSS_SNAPSHOTS).round().astype(int).tolist())
     with np.errstate(all="ignore"):  # diverging SGD rows of the sweep overflow; they are clipped below
-        log_err, share, last = train_batched(X, y, groups, theta_star, strategies, lrs, config, progress)
+        log_err, share, last = train_batched(X, y, groups, theta_star, strategies, lrs, config, progress, snaps)
+    # every training row's loss at each snapshot, seed 0, per strategy (log10; the page's histograms)
+    snap_steps = np.array(sorted(snaps))
+    with np.errstate(all="ignore"):
+        snap_loss = np.stack([np.log10(np.maximum(0.5 * (snaps[t][: len(STRATEGIES)] @ X.T - y) ** 2, 1e-30))
+                              for t in snap_steps]).astype(np.float32)       # (snapshots, strategies, N)
 
     mean = {s: log_err[:, k].mean(0) for k, s in enumerate(STRATEGIES)}
     sd = {s: log_err[:, k].std(0) for k, s in enumerate(STRATEGIES)}
@@ -292,7 +310,8 @@ def run(config: Config, progress=None) -> Result:
                   data_share=data_share, sweep_lrs=np.array(sweep_lrs), sweep_final=sweep_final,
                   final_by_seed=final_by_seed, h_grid=h_grid, shapes=shapes, sample_losses=sample_losses,
                   sample_groups=groups[idx0[: len(sample_losses)]], sample_weights=sample_weights,
-                  metrics=metrics, bound_curves=bound)
+                  metrics=metrics, bound_curves=bound, snap_steps=snap_steps, snap_log_loss=snap_loss,
+                  row_groups=groups)
 
 
 def claims(result: Result) -> list[Claim]:

@@ -70,9 +70,11 @@ download.download_csv(pd.DataFrame({"step": t, "e_lora": res.err["lora"], "e_lor
                       "lora_pro_gradient_error.csv")
 if len(res.plane):
     n_pl = len(res.plane)
-    k_pl = state.bind_view(SLUG, "plane_step", Int(0, n_pl - 1, "Step of the gradient picture",
-                                                   help="a view setting: the picture is recorded at every step"),
-                           default=n_pl // 2)
+    # the view setting is a share of the run, not a step number, so a link stays valid whatever the step count
+    pct = state.bind_view(SLUG, "plane_at", Int(0, 100, "Gradient picture at this share of training (%)", step=5,
+                                                help="a view setting: the picture is recorded at every step"),
+                          default=50)
+    k_pl = int(round(pct / 100 * (n_pl - 1)))
     px_, py_, lx_, ly_, lout = res.plane[k_pl]
     fig = go.Figure()
     th = np.linspace(0, 2 * np.pi, 121)

@@ -6,6 +6,7 @@ import streamlit as st
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import loss_reweighting as eng
+from engine.core import Choice
 
 SLUG = "loss-reweighting"
 layout.paper_header(
@@ -97,6 +98,30 @@ download.download_csv(pd.DataFrame([{"bar": "data", **{g: res.data_share[i] for 
                                    + [{"bar": s, **{g: late[s][i] for i, g in groups}}
                                       for s in eng.STRATEGIES]), "reweighting_late_group_shares.csv",
                       key="dl-reweighting-late-shares")
+
+if len(res.snap_steps):
+    st.subheader("Where the loss sits: every training row's loss by group")
+    a, b = st.columns(2)
+    with a:
+        h_strat = state.bind_view(SLUG, "hist_strategy", Choice(eng.STRATEGIES, "Strategy of the histogram",
+                                                              labels=tuple(lab[s] for s in eng.STRATEGIES)))
+    with b:
+        # snapshots by share of the run, so a link stays valid whatever the step count
+        shares = tuple(range(len(res.snap_steps)))
+        snap = state.bind_view(SLUG, "hist_at", Choice(shares, "After", labels=tuple(
+            f"{round(100 * i / (len(shares) - 1))} % of training" for i in shares)), default=shares[-1])
+    h_step = int(res.snap_steps[snap])
+    L = res.snap_log_loss[snap, eng.STRATEGIES.index(h_strat)]
+    fig = go.Figure([go.Histogram(x=L[res.row_groups == i], name=f"{g} ({int((res.row_groups == i).sum())} rows)",
+                                  opacity=0.6, nbinsx=60) for i, g in enumerate(eng.GROUPS)
+                     if (res.row_groups == i).any()])
+    fig.update_layout(barmode="overlay")
+    fig.update_xaxes(title="log10 per-row loss ½(xᵀθ − y)²")
+    fig.update_yaxes(title="rows")
+    charts.show(charts.themed(fig, f"{lab[h_strat]}, seed 0, after {h_step} steps: all {len(L)} training rows", 340),
+                key="loss-hist")
+    download.download_csv(pd.DataFrame({"group": np.asarray(eng.GROUPS)[res.row_groups], "log10_loss": L}),
+                          f"reweighting_row_losses_{h_strat}_step{h_step}.csv", key="dl-reweighting-row-losses")
 
 if res.sweep_final:
     charts.show(charts.lines(res.sweep_lrs, {lab[s]: v for s, v in res.sweep_final.items()},

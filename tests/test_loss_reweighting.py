@@ -191,3 +191,17 @@ def test_mlp_backprop_matches_finite_differences():
     cfg = eng.Config(setting="mlp", steps=100, seeds=1, warmup=0, batch=16)
     ev, _, _ = eng.train_mlp_batched(X, y, groups, Xt, yt, ["uniform", "linupper"], cfg)
     assert np.isfinite(ev).all() and ev[-1].max() < ev[0].min()   # training lowers the test loss
+
+
+def test_row_loss_snapshots(default_result):
+    """The page's loss histograms: at step 0 (θ = 0) every row's loss is ½y², recomputed here from the same data;
+    six snapshots from step 0 to the last; the median row loss falls during training for every strategy."""
+    r = default_result
+    cfg = eng.Config()
+    assert list(r.snap_steps) == list(np.linspace(0, cfg.steps, eng.LOSS_SNAPSHOTS).round().astype(int))
+    X, y, groups, _ = eng.make_data(np.random.default_rng(cfg.seed), cfg.frac_redundant, cfg.inf_scale,
+                                    cfg.frac_outlier)
+    assert np.array_equal(r.row_groups, groups)
+    for k in range(len(eng.STRATEGIES)):
+        np.testing.assert_allclose(r.snap_log_loss[0, k], np.log10(np.maximum(0.5 * y**2, 1e-30)), rtol=1e-5)
+        assert np.median(r.snap_log_loss[-1, k]) < np.median(r.snap_log_loss[0, k]) - 1
