@@ -105,8 +105,11 @@ download.download_csv(pd.DataFrame(rows), "mad_td_rmse.csv")
 fin = pd.DataFrame([{"variant": k, "seed": s, "final RMSE": float(v[s])} for k, v in res.final.items()
                     for s in range(len(v))])
 med = fin.groupby("variant", sort=False)["final RMSE"].median()
-charts.show(charts.bars(list(med.index), list(med.values), title="Final on-policy RMSE (median over seeds)",
-                        ylabel="RMSE", colors=charts.COLORS[:len(med)]), key="final")
+fig = charts.bars(list(med.index), list(med.values), title="Final on-policy RMSE: median over seeds (bars), each seed "
+                  "(dots)", ylabel="RMSE", colors=charts.COLORS[:len(med)])
+fig.add_trace(go.Scatter(x=fin["variant"], y=fin["final RMSE"], mode="markers", name="seeds", showlegend=False,
+                         marker=dict(color="#222222", size=7, symbol="circle-open")))
+charts.show(fig, key="final")
 download.download_csv(fin.assign(**{"median final RMSE (variant)": fin["variant"].map(med)}), "mad_td_final.csv")
 
 st.subheader("Actor-critic: overestimation and returns of the current policy (paired seeds)")
