@@ -125,6 +125,11 @@ class Result:
     snap_log_loss: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0), np.float32))
     row_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
 
+    @property
+    def late_share(self) -> dict[str, np.ndarray]:
+        """Per strategy, the share of the batch weight per group averaged over the last 10 % of steps."""
+        return {s: w[-max(1, len(w) // 10):].mean(0) for s, w in self.weight_share.items()}
+
 
 def make_data(rng: np.random.Generator, frac_redundant: float, inf_scale: float, frac_outlier: float):
     n_red = int(round(frac_redundant * N_TRAIN))

@@ -85,7 +85,7 @@ download.download_csv(pd.DataFrame({"step": ws, **{f"{s}_{g}": res.weight_share[
                                     f"data_share_{eng.GROUPS[0]}": res.data_share[0]}),
                       "reweighting_weight_share.csv")
 # all three groups at once: where each strategy's batch weight goes late in training, against the rows' own shares
-late = {s: res.weight_share[s][-max(1, len(ws) // 10):].mean(0) for s in eng.STRATEGIES}
+late = res.late_share
 bar_names = ["data (row shares)"] + [lab[s] for s in eng.STRATEGIES]
 groups = [(i, g) for i, g in enumerate(eng.GROUPS_MLP if mlp else eng.GROUPS) if g != "-"]
 fig = go.Figure([go.Bar(x=bar_names, y=[res.data_share[i]] + [late[s][i] for s in eng.STRATEGIES], name=g)

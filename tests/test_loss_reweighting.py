@@ -205,3 +205,11 @@ def test_row_loss_snapshots(default_result):
     for k in range(len(eng.STRATEGIES)):
         np.testing.assert_allclose(r.snap_log_loss[0, k], np.log10(np.maximum(0.5 * y**2, 1e-30)), rtol=1e-5)
         assert np.median(r.snap_log_loss[-1, k]) < np.median(r.snap_log_loss[0, k]) - 1
+
+
+def test_late_share(default_result):
+    """The page's per-group bars: each strategy's late weight shares sum to 1 and are the mean of its last 10 %."""
+    r = default_result
+    for s, v in r.late_share.items():
+        assert v.sum() == pytest.approx(1.0)
+        np.testing.assert_allclose(v, r.weight_share[s][-(len(r.weight_share[s]) // 10):].mean(0))
