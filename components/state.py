@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from engine.core.params import Bool, Choice, Float, Int, ParamError, Text, defaults, widget_specs
+from engine.core.params import Bool, Choice, Float, Int, Multi, ParamError, Text, defaults, widget_specs
 
 # slug -> names of view-only URL parameters (declared by bind_config(views=...) / bind_view)
 VIEW_PARAMS: dict[str, set[str]] = {}
@@ -52,6 +52,8 @@ def _render(spec, key: str, container) -> Any:
         if spec.widget == "select_slider":
             return container.select_slider(spec.label, opts, key=key, help=help_, format_func=spec.display)
         return container.selectbox(spec.label, opts, key=key, help=help_, format_func=spec.display)
+    if isinstance(spec, Multi):
+        return container.multiselect(spec.label, list(spec.options), key=key, help=help_, format_func=spec.display)
     if isinstance(spec, Bool):
         if spec.widget == "toggle":
             return container.toggle(spec.label, key=key, help=help_)
@@ -125,10 +127,19 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
             st.session_state[key] = value
 
     # Check the combination BEFORE any widget exists in this run: widget state can only be changed then.
+    last_key = f"{slug}::last_valid"
     staged = {name: (_coerce(spec, st.session_state[widget_key(slug, name)], base[name])
                      if widget_key(slug, name) in st.session_state else base[name])
               for name, spec in specs.items()}
-    last_key = f"{slug}::last_valid"
+    emptied = []
+    for name, spec in specs.items():
+        key = widget_key(slug, name)
+        if isinstance(spec, Multi) and key in st.session_state and not from_url:
+            try:
+                spec.validate(st.session_state[key])
+            except ParamError as e:     # a multiselect emptied by the user: keep the last selection that worked
+                staged[name] = st.session_state.get(last_key, {}).get(name, base[name])
+                emptied.append(f"{spec.label}: {e}; the last selection was kept.")
     conflict = None
     try:
         config_cls(**staged)
@@ -151,6 +162,8 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
                      help="Every setting of this page back to its default (the link changes with it)")
     if conflict:
         container.warning(conflict, icon=":material/tune:")
+    for msg in emptied:
+        container.warning(msg, icon=":material/tune:")
     groups: dict[str, Any] = {}
     values: dict[str, Any] = {}
     for name, spec in specs.items():
@@ -161,6 +174,8 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
                 groups[spec.group] = container.expander(spec.group)
             target = groups[spec.group]
         values[name] = _render(spec, key, target)
+        if isinstance(spec, Multi):     # the widget returns a list; the Config holds a tuple (hashable, ordered)
+            values[name] = _coerce(spec, values[name], staged[name])
 
     try:
         cfg = config_cls(**values)
@@ -223,7 +238,8 @@ def bind_view(slug: str, name: str, spec, container=None, default=None) -> Any:
     VIEW_PARAMS.setdefault(slug, set()).add(name)
     key = widget_key(slug, name)
     if default is None:
-        default = spec.options[0] if isinstance(spec, Choice) else spec.lo if isinstance(spec, Int | Float) else ""
+        default = (spec.options[0] if isinstance(spec, Choice) else tuple(spec.options) if isinstance(spec, Multi)
+                   else spec.lo if isinstance(spec, Int | Float) else "")
     VIEW_DEFAULTS.setdefault(slug, {})[name] = spec.to_str(default)
     VIEW_SPECS.setdefault(slug, {})[name] = spec
     if key not in st.session_state:
@@ -237,9 +253,18 @@ def bind_view(slug: str, name: str, spec, container=None, default=None) -> Any:
                 st.warning(f"`{name}`: {e}; using the default ({spec.to_str(default)})",
                            icon=":material/link_off:")
         st.session_state[key] = value
+    elif isinstance(spec, Multi):
+        try:
+            st.session_state[key] = spec.validate(st.session_state[key])
+        except ParamError as e:      # emptied by the user: keep the last selection that worked
+            container.warning(f"{spec.label}: {e}; the last selection was kept.", icon=":material/tune:")
+            st.session_state[key] = st.session_state.get(f"{key}::last", default)
     else:
         st.session_state[key] = _coerce(spec, st.session_state[key], default)
     value = _render(spec, key, container)
+    if isinstance(spec, Multi):
+        value = _coerce(spec, value, default)
+        st.session_state[f"{key}::last"] = value
     if st.query_params.get(name) != spec.to_str(value):
         st.query_params[name] = spec.to_str(value)
     seen = st.session_state.get(_seen_key(slug))

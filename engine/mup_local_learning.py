@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.core import Choice, Float, InputError, Int, param, seed_everything
+from engine.core import Choice, Float, InputError, Int, Multi, param, seed_everything
 from engine.core.claims import Claim
 from engine.core.progress import ProgressSpan, report
 
 BASE_WIDTH = 32
+WIDTHS = (32, 64, 128, 256, 512)
+# the presets of the earlier single-choice widget, still read from old links
 WIDTH_SETS = {"32,256": (32, 256), "32,128": (32, 128), "32,512": (32, 512), "32,64,128,256": (32, 64, 128, 256),
               "32,128,512": (32, 128, 512)}
 PARAM_SETS = {"sp_mup": ("SP", "muP"), "all": ("SP", "muP", "muP-GN")}
@@ -41,7 +43,9 @@ REGRET_CAP = 1e6
 
 @dataclass(frozen=True)
 class Config:
-    widths: str = param("32,256", Choice(tuple(WIDTH_SETS), "Widths M (first = small, last = large)"))
+    widths: tuple = param((32, 256), Multi(WIDTHS, "Widths M", min_size=2, aliases=tuple(WIDTH_SETS.items()),
+                                           help="at least two: lr* is found at the smallest width and transferred "
+                                                "to the largest; the claims compare those two"))
     lr_min: int = param(-4, Int(-8, 0, "log₂ of the smallest learning rate"))
     lr_max: int = param(5, Int(1, 7, "log₂ of the largest learning rate"))
     steps: int = param(60, Int(20, 300, "PC training steps", step=10))
@@ -56,7 +60,7 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
     def __post_init__(self):
-        if self.widths not in WIDTH_SETS or self.params not in PARAM_SETS:
+        if len(self.widths) < 2 or any(w not in WIDTHS for w in self.widths) or self.params not in PARAM_SETS:
             raise ValueError("unknown width or parameterisation set")
         if self.lr_max - self.lr_min < 2:
             raise ValueError("the learning-rate grid needs at least three values")
@@ -192,7 +196,7 @@ def _tanh():
 
 def flop_estimate(cfg: Config, n_lanes: int) -> float:
     total = 0.0
-    for m in WIDTH_SETS[cfg.widths]:
+    for m in cfg.widths:
         dims = [64] + [m] * (cfg.depth - 1) + [10]
         mm = sum(a * b for a, b in zip(dims[:-1], dims[1:])) * 2 * cfg.batch
         passes = 2 + 3 * cfg.inference_steps + 1
@@ -202,7 +206,7 @@ def flop_estimate(cfg: Config, n_lanes: int) -> float:
 
 # largest setting the MAX_FLOP guard lets through (widest width set, full lr grid, every parameterisation,
 # largest batch and depth, 3 inference steps; the sweep shortens itself to 10 steps): 17.7 s CPU, measured 2026-12-03
-HEAVY_CONFIG = Config(widths="32,128,512", lr_min=-8, lr_max=7, steps=300, inference_steps=3, params="all",
+HEAVY_CONFIG = Config(widths=(32, 128, 512), lr_min=-8, lr_max=7, steps=300, inference_steps=3, params="all",
                       batch=64, depth=4)
 
 
@@ -214,7 +218,7 @@ def sweep(cfg: Config, steps: int, progress=None):
     Xt, Yt = torch.as_tensor(X), torch.as_tensor(Y)
     params = PARAM_SETS[cfg.params]
     lrs = 2.0 ** np.arange(cfg.lr_min, cfg.lr_max + 1)
-    widths = WIDTH_SETS[cfg.widths]
+    widths = tuple(sorted(cfg.widths))
     n_lanes = len(params) * len(lrs)
     final = np.full((len(params), len(widths), len(lrs)), np.inf)
     evals = np.unique(np.linspace(0, steps, 7).astype(int))

@@ -5,6 +5,7 @@ import streamlit as st
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import crossmpt as eng
+from engine.core import Multi
 
 SLUG = "crossmpt"
 layout.paper_header(
@@ -41,13 +42,25 @@ if m["bch_ratio_bp"] > 0.8:
 
 cur = res.curves
 label = eng.CODE_LABELS[cfg.code]
-c1, c2 = st.columns(2)
-with c1:
-    charts.show(charts.lines(res.points, cur["ber"], title=f"{label}: bit error rate", xlabel="Eb/N0 (dB)",
-                             ylabel="BER", log_y=True, mode="lines+markers"), key="ber")
-with c2:
-    charts.show(charts.lines(res.points, cur["fer"], title=f"{label}: frame error rate", xlabel="Eb/N0 (dB)",
-                             ylabel="FER", log_y=True, mode="lines+markers"), key="fer")
+# every decoder runs on the same words (the claims compare them); this only picks the curves drawn
+DECODERS = ("raw", "algebraic", "bp", "crossmpt", "map")
+dec_shown = state.bind_view(SLUG, "decoders", Multi(DECODERS, "Decoders drawn", labels=(
+    "raw hard decision", "algebraic (hard)", "BP", "CrossMPT", "bitwise MAP (Hamming only)"),
+    help="a view setting: every decoder is always run on the same noisy words, and the table and download "
+         "hold all of them; the exact MAP decoder exists for Hamming(7,4) only"))
+drawn = [nm for key, nm in zip(DECODERS, cur["names"]) if key in dec_shown]
+if drawn:
+    c1, c2 = st.columns(2)
+    with c1:
+        charts.show(charts.lines(res.points, {nm: cur["ber"][nm] for nm in drawn}, title=f"{label}: bit error rate",
+                                 xlabel="Eb/N0 (dB)", ylabel="BER", log_y=True, mode="lines+markers"), key="ber")
+    with c2:
+        charts.show(charts.lines(res.points, {nm: cur["fer"][nm] for nm in drawn},
+                                 title=f"{label}: frame error rate", xlabel="Eb/N0 (dB)", ylabel="FER", log_y=True,
+                                 mode="lines+markers"), key="fer")
+else:
+    st.info(f"The bitwise MAP decoder is computed for Hamming(7,4) only (it sums over all codewords); pick another "
+            f"decoder under *Decoders drawn* to see the {label} curves.", icon=":material/info:")
 rows = []
 for name in cur["names"]:
     for i, e in enumerate(res.points):

@@ -6,7 +6,7 @@ import streamlit as st
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import loss_reweighting as eng
-from engine.core import Choice
+from engine.core import Choice, Multi
 
 SLUG = "loss-reweighting"
 layout.paper_header(
@@ -43,9 +43,13 @@ layout.claims_panel(eng.claims(res))
 
 lab = eng.STRATEGY_LABELS
 mlp = res.setting == "mlp"
-ys = {lab[s]: res.log_err_mean[s] for s in eng.STRATEGIES}
+# every strategy is always run (the claims compare them); this picks the curves and bars drawn
+shown = state.bind_view(SLUG, "strategies", Multi(eng.STRATEGIES, "Strategies shown", labels=tuple(
+    lab[s] for s in eng.STRATEGIES), help="Which strategies the plots draw; all five are always trained (the "
+    "claims compare them) and every download holds all five (a view setting: no retraining)"))
+ys = {lab[s]: res.log_err_mean[s] for s in shown}
 bands = {lab[s]: (res.log_err_mean[s] - res.log_err_sd[s], res.log_err_mean[s] + res.log_err_sd[s])
-         for s in eng.STRATEGIES}
+         for s in shown}
 n_seeds = int(res.metrics.get("n_seeds", cfg.seeds))
 title = (f"MLP test loss (Adam, lr {eng.MLP_LR:g}, cosine), mean ± 1 sd over {n_seeds} seeds" if mlp else
          f"Test error at a shared learning rate ({cfg.lr:g}), mean ± 1 sd over {cfg.seeds} seeds")
@@ -57,14 +61,14 @@ download.download_csv(pd.DataFrame({"step": res.steps, **{f"{s}_mean": res.log_e
 
 c1, c2 = st.columns(2)
 with c1:
-    charts.show(charts.lines(res.h_grid, {lab[s]: res.shapes[s] for s in eng.STRATEGIES},
+    charts.show(charts.lines(res.h_grid, {lab[s]: res.shapes[s] for s in shown},
                              title="Shape functions f(ℓ̂)", xlabel="normalised loss ℓ̂ in the batch",
                              ylabel="score f"), key="shapes")
     download.download_csv(pd.DataFrame({"h": res.h_grid, **res.shapes}), "reweighting_shapes.csv")
 with c2:
     order = np.argsort(res.sample_losses)
     xs = res.sample_losses[order]
-    charts.show(charts.lines(xs, {lab[s]: res.sample_weights[s][order] * len(xs) for s in eng.STRATEGIES},
+    charts.show(charts.lines(xs, {lab[s]: res.sample_weights[s][order] * len(xs) for s in shown},
                              title=f"Weights on one batch at the end of training (r = {cfg.temperature:g})",
                              xlabel="per-sample loss", ylabel="weight × batch size", log_x=True,
                              mode="lines+markers"), key="weights")
@@ -74,9 +78,10 @@ with c2:
 win = max(1, len(res.weight_share["uniform"]) // 60)
 kernel = np.ones(win) / win
 red = {lab[s]: np.convolve(res.weight_share[s][:, 0], kernel, mode="same") for s in eng.STRATEGIES}
-red["share of redundant rows in the data"] = np.full(len(res.weight_share["uniform"]), res.data_share[0])
+shown_red = {lab[s]: red[lab[s]] for s in shown}
+shown_red["share of redundant rows in the data"] = np.full(len(res.weight_share["uniform"]), res.data_share[0])
 ws = np.arange(1, len(res.weight_share["uniform"]) + 1)
-charts.show(charts.lines(ws, red, title="Share of the batch weight that goes to "
+charts.show(charts.lines(ws, shown_red, title="Share of the batch weight that goes to "
                          f"{'duplicated easy' if mlp else 'redundant'} rows (smoothed)",
                          xlabel="step", ylabel="weight share"), key="share")
 download.download_csv(pd.DataFrame({"step": ws, **{f"{s}_{g}": res.weight_share[s][:, i]
@@ -86,9 +91,9 @@ download.download_csv(pd.DataFrame({"step": ws, **{f"{s}_{g}": res.weight_share[
                       "reweighting_weight_share.csv")
 # all three groups at once: where each strategy's batch weight goes late in training, against the rows' own shares
 late = res.late_share
-bar_names = ["data (row shares)"] + [lab[s] for s in eng.STRATEGIES]
+bar_names = ["data (row shares)"] + [lab[s] for s in shown]
 groups = [(i, g) for i, g in enumerate(eng.GROUPS_MLP if mlp else eng.GROUPS) if g != "-"]
-fig = go.Figure([go.Bar(x=bar_names, y=[res.data_share[i]] + [late[s][i] for s in eng.STRATEGIES], name=g)
+fig = go.Figure([go.Bar(x=bar_names, y=[res.data_share[i]] + [late[s][i] for s in shown], name=g)
                  for i, g in groups])
 fig.update_layout(barmode="stack")
 fig.update_yaxes(title="share of the batch weight", range=[0, 1])
@@ -124,10 +129,15 @@ if len(res.snap_steps):
                           f"reweighting_row_losses_{h_strat}_step{h_step}.csv", key="dl-reweighting-row-losses")
 
 if res.sweep_final:
-    charts.show(charts.lines(res.sweep_lrs, {lab[s]: v for s, v in res.sweep_final.items()},
-                             title="Final test error vs learning rate (mean over seeds; 12 = diverged)",
-                             xlabel="learning rate", ylabel="log10 ‖θ − θ*‖²", log_x=True,
-                             mode="lines+markers"), key="sweep")
+    swept_shown = {lab[s]: v for s, v in res.sweep_final.items() if s in shown}
+    if not swept_shown:
+        st.caption("The learning-rate sweep ran for " + ", ".join(lab[s] for s in res.sweep_final)
+                   + "; pick one of them under *Strategies shown* to draw it (its numbers are in the download).")
+    else:
+        charts.show(charts.lines(res.sweep_lrs, swept_shown,
+                                 title="Final test error vs learning rate (mean over seeds; 12 = diverged)",
+                                 xlabel="learning rate", ylabel="log10 ‖θ − θ*‖²", log_x=True,
+                                 mode="lines+markers"), key="sweep")
     download.download_csv(pd.DataFrame({"lr": res.sweep_lrs, **res.sweep_final}), "reweighting_lr_sweep.csv")
 
 if res.bound_curves:

@@ -8,6 +8,7 @@ import streamlit as st
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import moe_continual as eng
+from engine.core import Choice
 
 SLUG = "moe-continual"
 
@@ -62,7 +63,14 @@ else:
 
 names = [v.name for v in res.variants]
 rounds = res.rec_rounds
-main = (0, 1, 2)
+# both MoE variants are always simulated on the same task streams (the claims compare them); this picks what is drawn
+term_view = state.bind_view(SLUG, "terminate", Choice(("compare", "on", "off"), "Router termination",
+                                                      widget="radio", labels=("compare both", "on", "off"),
+                                                      help="which MoE the curves, rasters and router plots show: "
+                                                           "with the termination rule, without it, or both (a "
+                                                           "view setting: both are always simulated)"))
+moe_shown = {"compare": (0, 1), "on": (0,), "off": (1,)}[term_view]
+main = (*moe_shown, 2)
 left, right = st.columns(2)
 for col, key, title, ylabel in ((left, "G", "Overall generalisation error G_t", "mean ‖w^(mᵢ) − w*ᵢ‖ over past tasks"),
                                 (right, "F", "Forgetting F_t", "mean |eᵢ(t) − eᵢ(i)|")):
@@ -72,7 +80,7 @@ for col, key, title, ylabel in ((left, "G", "Overall generalisation error G_t", 
     ys = {names[v]: q[v, 1] for v in main}
     bands = {names[v]: (q[v, 0], q[v, 2]) for v in main}
     fig = charts.lines(rounds[keep], ys, title=title, xlabel="round t", ylabel=ylabel, bands=bands, log_y=True)
-    if np.isfinite(m["t_freeze_moe"]):
+    if 0 in moe_shown and np.isfinite(m["t_freeze_moe"]):
         fig.add_vline(x=m["t_freeze_moe"], line_dash="dot", line_color="gray", annotation_text="median freeze T₁")
     with col:
         charts.show(fig, key=f"curve-{key}")
@@ -89,7 +97,8 @@ download.download_csv(curve_df, "moe_error_curves.csv")
 st.subheader("Where the router sends each task (first seed)")
 left, right = st.columns(2)
 t_axis = np.arange(1, cfg.rounds + 1)
-for col, (name, experts) in zip((left, right), res.raster_expert.items()):
+rasters = [(nm, ex) for nm, ex in res.raster_expert.items() if nm in {names[v] for v in moe_shown}]
+for col, (name, experts) in zip((left, right), rasters):
     fig = go.Figure()
     for k in range(cfg.clusters):
         sel = res.raster_cluster == k
@@ -109,7 +118,7 @@ left, right = st.columns(2)
 for col, key, title, ylabel in ((left, "gap", "Largest gating gap max |h_m − h_mt|", "gap"),
                                 (right, "churn", "Router drift ‖θ_t − θ_(t−50)‖", "drift")):
     q = res.quartiles[key]
-    fig = charts.lines(rounds, {names[v]: q[v, 1] for v in (0, 1)}, title=title, xlabel="round t", ylabel=ylabel)
+    fig = charts.lines(rounds, {names[v]: q[v, 1] for v in moe_shown}, title=title, xlabel="round t", ylabel=ylabel)
     with col:
         charts.show(fig, key=f"router-{key}")
 st.caption("Once frozen, the router's drift is exactly zero. Without termination, the persistent load-balancing "

@@ -323,12 +323,12 @@ def main(argv=None):
 
 def _branch_configs(m) -> list[tuple[str, object]]:
     """The default config with one choice / checkbox widget set to each of its other options."""
-    from engine.core.params import Bool, Choice, widget_specs
+    from engine.core.params import Bool, Choice, Multi, widget_specs
     from tests.extremes import _values
 
     d, out = m.Config(), []
     for name, spec in widget_specs(m.Config).items():
-        if not isinstance(spec, Bool | Choice):
+        if not isinstance(spec, Bool | Choice | Multi):
             continue
         for v in _values(spec, getattr(d, name)):
             try:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("EXPLORER_FORCE_CPU", "1")
 
-from engine.core.params import Bool, Choice, Text, widget_specs  # noqa: E402
+from engine.core.params import Bool, Choice, Multi, Text, widget_specs  # noqa: E402
 from engine.registry import built_papers  # noqa: E402
 
 
@@ -43,6 +43,9 @@ def _values(spec, default) -> list:
         return [not default]
     if isinstance(spec, Choice):
         return [o for o in spec.options if o != default]
+    if isinstance(spec, Multi):   # the extremes (fewest, all) and each single option
+        cands = spec.extremes() + ([(o,) for o in spec.options] if spec.min_size <= 1 else [])
+        return list(dict.fromkeys(c for c in cands if c != tuple(default)))
     return [v for v in (spec.lo, spec.hi) if v != default]
 
 

@@ -15,6 +15,7 @@ from engine.core.params import (
     Choice,
     Float,
     Int,
+    Multi,
     ParamError,
     Text,
     from_query,
@@ -41,6 +42,7 @@ class Demo:
     n: int = param(3, Int(1, 10, "n"))
     x: float = param(0.5, Float(0.0, 1.0, "x"))
     mode: str = param("a", Choice(("a", "b"), "mode"))
+    pick: tuple = param(("x", "z"), Multi(("x", "y", "z"), "pick"))
     flag: bool = param(False, Bool("flag"))
     text: str = param("hi", Text("text", max_chars=20))
     seed: int = param(0, Int(0, 9, "seed"))
@@ -52,7 +54,8 @@ class Demo:
 
 @given(st.text(max_size=400))
 def test_hostile_strings_never_raise_anything_but_paramerror(raw):
-    for spec in (Int(1, 10, "n"), Float(0.0, 1.0, "x"), Choice(("a", "b"), "m"), Bool("b"), Text("t", 20)):
+    for spec in (Int(1, 10, "n"), Float(0.0, 1.0, "x"), Choice(("a", "b"), "m"), Multi((1, 2, 4), "w"), Bool("b"),
+                 Text("t", 20)):
         try:
             v = spec.parse(raw)
         except ParamError:
@@ -72,6 +75,16 @@ def test_param_parsing_edge_cases():
             f.parse(bad)
     assert Choice((0.1, 0.2), "c").parse("0.10") == 0.1
     assert Bool("b").parse("TRUE") is True
+    m = Multi((32, 64, 256), "widths")
+    assert m.parse("256, 32") == (32, 256) and m.parse("64,64") == (64,)   # options' order, no repeats
+    assert m.to_str((256, 32)) == "32,256" and m.parse(m.to_str((64, 256))) == (64, 256)
+    for bad in ["", ",", "16", "32,x", "x" * 500]:
+        with pytest.raises(ParamError):
+            m.parse(bad)
+    for bad in [(), "32", (16,)]:
+        with pytest.raises(ParamError):
+            m.validate(bad)
+    assert Multi(("a", "b", "c"), "m", min_size=2).extremes() == [("a", "b"), ("a", "b", "c")]
 
 
 def test_query_round_trip_and_fallback():

@@ -206,9 +206,9 @@ def test_work_guard():
     assert eng.estimated_seconds(eng.HEAVY_CONFIG) <= eng.WORK_LIMIT_S
     eng.check_budget(eng.HEAVY_CONFIG)
     with pytest.raises(InputError, match="at most") as err:
-        eng.Config(code="bch", ebn0="1-7", n_codewords=20000, bp_iters=50)
+        eng.Config(code="bch", ebn0=eng.EBN0_POINTS, n_codewords=20000, bp_iters=50)
     n_max = int(re.search(r"at most ([\d,]+) codewords", str(err.value)).group(1).replace(",", ""))
-    ok = eng.Config(code="bch", ebn0="1-7", n_codewords=n_max, bp_iters=50)
+    ok = eng.Config(code="bch", ebn0=eng.EBN0_POINTS, n_codewords=n_max, bp_iters=50)
     assert eng.estimated_seconds(ok) <= eng.WORK_LIMIT_S < eng.estimated_seconds(ok, n_max + 500)
     eng.check_budget(ok)
 
@@ -221,8 +221,9 @@ def test_page_refuses_an_over_budget_setting_and_keeps_the_last_one():
     from engine.registry import ROOT
 
     at = AppTest.from_file(str(ROOT / "pages" / "crossmpt.py"), default_timeout=180).run()
-    for name, value in (("code", "bch"), ("ebn0", "1-7"), ("bp_iters", 50)):
-        w = next(w for kind in ("radio", "select_slider") for w in getattr(at, kind) if w.key == f"crossmpt:{name}")
+    for name, value in (("code", "bch"), ("ebn0", [1, 2, 3, 4, 5, 6, 7]), ("bp_iters", 50)):
+        w = next(w for kind in ("radio", "select_slider", "multiselect") for w in getattr(at, kind)
+                 if w.key == f"crossmpt:{name}")
         w.set_value(value)
     at.run()
     assert not at.exception, [e.value for e in at.exception]

@@ -73,7 +73,7 @@ def test_mup_scalings():
 
 
 def test_step_clamp_keeps_budget():
-    cfg = eng.Config(widths="32,128", steps=300, inference_steps=20)
+    cfg = eng.Config(widths=(32, 128), steps=300, inference_steps=20)
     n_lanes = 2 * (cfg.lr_max - cfg.lr_min + 1)
     est = eng.flop_estimate(cfg, n_lanes)
     assert est > eng.FLOP_BUDGET   # the clamp is exercised by this setting
@@ -87,7 +87,7 @@ def test_step_clamp_keeps_budget():
 def test_guard_refuses_settings_whose_shortest_sweep_is_over_the_limit():
     # every slider at its top: even the 10-step sweep needed ~2.4 TFLOP (47 s measured on a 2-core CPU)
     with pytest.raises(ValueError, match="fewer inference steps"):
-        eng.Config(widths="32,128,512", lr_min=-8, lr_max=7, steps=300, inference_steps=20, params="all",
+        eng.Config(widths=eng.WIDTHS, lr_min=-8, lr_max=7, steps=300, inference_steps=20, params="all",
                    batch=64, depth=4)
     heavy = eng.HEAVY_CONFIG
     lanes = len(eng.PARAM_SETS[heavy.params]) * (heavy.lr_max - heavy.lr_min + 1)

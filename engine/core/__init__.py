@@ -23,9 +23,9 @@ __all__ = [
     "seed_everything",
 ]
 
-from engine.core.params import Bool, Choice, Float, Int, ParamError, Text, param, widget_specs  # noqa: E402
+from engine.core.params import Bool, Choice, Float, Int, Multi, ParamError, Text, param, widget_specs  # noqa: E402
 
-__all__ += ["Bool", "Choice", "Float", "Int", "ParamError", "Text", "param", "widget_specs"]
+__all__ += ["Bool", "Choice", "Float", "Int", "Multi", "ParamError", "Text", "param", "widget_specs"]
 
 
 class InputError(ValueError):

@@ -113,6 +113,22 @@ class Float:
         return [self.lo, self.hi]
 
 
+def _match_option(options: tuple, s: str) -> Any:
+    """The option whose text is ``s``; numeric options also accept another spelling ("0.10" for 0.1)."""
+    for o in options:
+        if str(o) == s:
+            return o
+    for o in options:
+        if isinstance(o, int | float) and not isinstance(o, bool):
+            try:
+                if float(s) == float(o):
+                    return o
+            except ValueError:
+                break
+    shown = ", ".join(str(o) for o in options[:8])
+    raise ParamError(f"{s[:40]!r} is not one of: {shown}{'…' if len(options) > 8 else ''}")
+
+
 @dataclass(frozen=True)
 class Choice:
     options: tuple
@@ -123,20 +139,7 @@ class Choice:
     group: str = ""
 
     def parse(self, raw: str) -> Any:
-        s = _check_len(raw)
-        for o in self.options:
-            if str(o) == s:
-                return o
-        # numeric options: accept "0.10" for 0.1
-        for o in self.options:
-            if isinstance(o, int | float) and not isinstance(o, bool):
-                try:
-                    if float(s) == float(o):
-                        return o
-                except ValueError:
-                    break
-        shown = ", ".join(str(o) for o in self.options[:8])
-        raise ParamError(f"{s[:40]!r} is not one of: {shown}{'…' if len(self.options) > 8 else ''}")
+        return _match_option(self.options, _check_len(raw))
 
     def validate(self, v: Any) -> Any:
         if v not in self.options:
@@ -156,6 +159,55 @@ class Choice:
 
     def extremes(self) -> list:
         return [self.options[0], self.options[-1]]
+
+
+@dataclass(frozen=True)
+class Multi:
+    """A subset of ``options`` (a multiselect). The value is a tuple in the options' order; the URL writes it
+    comma-separated. At least ``min_size`` options must be chosen."""
+
+    options: tuple
+    label: str
+    help: str = ""
+    labels: tuple | None = None  # display names, parallel to options
+    min_size: int = 1
+    group: str = ""
+    aliases: tuple = ()   # (old URL string, value) pairs: links written before a setting became a multiselect
+
+    def parse(self, raw: str) -> tuple:
+        s = _check_len(raw)
+        for old, value in self.aliases:
+            if s == old:
+                return self.validate(value)
+        parts = [p.strip() for p in s.split(",") if p.strip()]
+        return self.validate(tuple(_match_option(self.options, p) for p in parts))
+
+    def validate(self, v: Any) -> tuple:
+        if isinstance(v, str) or not isinstance(v, list | tuple):
+            raise ParamError(f"{v!r} is not a list of options")
+        for x in v:
+            if x not in self.options:
+                raise ParamError(f"{x!r} is not an allowed option")
+        out = tuple(o for o in self.options if o in v)
+        if len(out) < self.min_size:
+            raise ParamError(f"choose at least {self.min_size} of the options" if self.min_size > 1
+                             else "choose at least one option")
+        return out
+
+    def to_str(self, v: Any) -> str:
+        return ",".join(str(o) for o in self.validate(v))
+
+    def display(self, v: Any) -> str:
+        if self.labels:
+            return str(self.labels[self.options.index(v)])
+        return str(v)
+
+    def sample(self, rng: random.Random) -> tuple:
+        k = rng.randint(self.min_size, len(self.options))
+        return self.validate(tuple(rng.sample(list(self.options), k)))
+
+    def extremes(self) -> list[tuple]:
+        return [tuple(self.options[:self.min_size]), tuple(self.options)]
 
 
 @dataclass(frozen=True)
@@ -220,7 +272,7 @@ class Text:
         return ["", self.alphabet[0] * self.max_chars]
 
 
-Spec = Int | Float | Choice | Bool | Text
+Spec = Int | Float | Choice | Multi | Bool | Text
 
 
 def param(default: Any, spec: Spec) -> Any:
