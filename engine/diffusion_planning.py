@@ -7,7 +7,9 @@ MLP turns the next waypoint into an action. The same trained planner is then use
 * MCSS (Monte-Carlo sampling with selection): sample N plans with the return condition dropped, score
   each clean plan with a learned critic and execute the best one;
 * CFG: one plan guided by classifier-free guidance toward the maximal normalised return, weight w;
-* unconditional: one plan with the condition dropped (MCSS with N = 1).
+* unconditional: one plan with the condition dropped (MCSS with N = 1);
+* CG (optional): classifier guidance, one unconditional plan steered along the gradient of a value network
+  trained on noisy plans (``python -m engine.diffusion_planning train-guide`` writes dv_maze_guide.pt).
 
 Everything is seeded and batched: all episodes of all variants step together, and every denoiser call
 of a replanning moment is a single batch. The initial DDIM noise of candidate j in episode e at replan r
@@ -262,6 +264,8 @@ UNET_CHANNELS = (32, 32, 64)   # U-Net widths at plan lengths 16, 8 and 4
 UNET_KERNEL = 5
 FLOP_PER_PLAN = 2.2e6   # one Transformer call on one plan (multiply-adds x 2; torch's flop counter: 2.15e6)
 UNET_FLOP_PER_PLAN = 2.0e6   # one U-Net call on one plan (torch's flop counter: 2.04e6)
+# one guide forward + backward on one plan (classifier guidance, per DDIM step): ~3 x 2 x (64·256 + 256·256 + 256)
+GUIDE_GRAD_FLOP = 0.5e6
 
 
 def alpha_bar(t: np.ndarray | float) -> np.ndarray:
@@ -375,13 +379,43 @@ def model_classes():
 
 # ----------------------------------------------------------------------------- sampling
 
+@lru_cache(maxsize=1)
+def guide_class():
+    import torch
+    from torch import nn
+
+    from engine.core.nn import mlp
+
+    class NoisyValue(nn.Module):
+        """V(x_t, t): the value of a plan seen through diffusion noise, the classifier of classifier guidance.
+
+        Trained like the critic (MSE on the normalised discounted return) but on noisy plans x_t at random
+        diffusion times, with waypoint 0 clean as in sampling, so that its gradient means something at every t."""
+
+        def __init__(self, d=GUIDE_TIME_FEATURES, horizon=HORIZON):
+            super().__init__()
+            self.d = d
+            self.net = mlp([2 * horizon + d, 256, 256, 1])
+
+        def forward(self, x, t):
+            half = self.d // 2
+            freq = torch.exp(-math.log(10000.0) * torch.arange(half, device=x.device) / half)
+            ang = t.float()[:, None] * freq[None, :]
+            return self.net(torch.cat([x.reshape(len(x), -1), ang.sin(), ang.cos()], dim=1)).squeeze(-1)
+
+    return NoisyValue
+
+
+GUIDE_TIME_FEATURES = 32
+
+
 def ddim_times(steps: int) -> list[tuple[int, int]]:
     ts = np.round(np.linspace(T_DIFF, 0, steps + 1)).astype(int)
     return [(int(a), int(b)) for a, b in zip(ts[:-1], ts[1:])]
 
 
 def sample_plans(planner, start: np.ndarray, noise: np.ndarray, weights: np.ndarray, steps: int,
-                 target: float = 1.0):
+                 target: float = 1.0, cg_scales: np.ndarray | None = None, guide=None):
     """DDIM (eta = 0) plans for a batch; returns normalised plans (B, H, 2) as a float32 torch tensor.
 
     start:   (B, 2) current positions in world units, in-painted as waypoint 0 after every step.
@@ -389,6 +423,11 @@ def sample_plans(planner, start: np.ndarray, noise: np.ndarray, weights: np.ndar
     weights: (B,) CFG weight per row, eps = eps_0 + w (eps_y - eps_0) with y* = ``target``. As in CleanDiffuser
              (the paper's code base), w = 0 and w = 1 need one denoiser pass per step (eps_0, resp. the conditional
              eps_y alone); any other w gets the unconditional pass plus a second, conditional one.
+    cg_scales: (B,) classifier-guidance scale per row (0 = none), with ``guide`` (the noise-conditioned value
+             network V(x_t, t)): the unconditional noise prediction is shifted along its gradient,
+             eps <- eps - s sqrt(1 - abar_t) grad_x V(x_t, t), the usual classifier-guidance step with
+             log p(optimal | plan) taken as the value. One denoiser pass per step, as unguided sampling, plus one
+             small gradient of the guide (no backward pass through the denoiser).
     """
     import torch
 
@@ -398,12 +437,17 @@ def sample_plans(planner, start: np.ndarray, noise: np.ndarray, weights: np.ndar
     w = torch.as_tensor(np.asarray(weights, dtype=np.float32), device=dev)
     guided = torch.nonzero((w != 0) & (w != 1)).flatten()
     n, g = len(x), len(guided)
+    cg = torch.zeros(n, device=dev) if cg_scales is None else torch.as_tensor(
+        np.asarray(cg_scales, dtype=np.float32), device=dev)
+    cg_rows = torch.nonzero(cg > 0).flatten()
+    if len(cg_rows) and guide is None:
+        raise ValueError("classifier guidance needs the noise-conditioned value network (guide)")
     y = torch.full((n + g,), float(target), device=dev)
     use = torch.zeros(n + g, dtype=torch.bool, device=dev)
     use[:n] = w == 1                                  # w = 1: the conditional pass is the whole prediction
     use[n:] = True
     x[:, 0] = p0
-    with torch.inference_mode():
+    with torch.no_grad():          # not inference_mode: classifier guidance takes a gradient of the guide
         for t, t_prev in ddim_times(steps):
             ab, ab_prev = float(alpha_bar(t)), float(alpha_bar(t_prev)) if t_prev > 0 else 1.0
             xin = torch.cat([x, x[guided]]) if g else x
@@ -412,6 +456,13 @@ def sample_plans(planner, start: np.ndarray, noise: np.ndarray, weights: np.ndar
             if g:
                 eps = eps.clone()
                 eps[guided] = eps[guided] + w[guided, None, None] * (eps_all[n:] - eps[guided])
+            if len(cg_rows):
+                with torch.enable_grad():
+                    z = x[cg_rows].detach().requires_grad_(True)
+                    (grad,) = torch.autograd.grad(guide(z, torch.full((len(z),), t, device=dev)).sum(), z)
+                grad[:, 0] = 0.0                          # waypoint 0 is the current position (in-painted)
+                eps = eps.clone()
+                eps[cg_rows] = eps[cg_rows] - cg[cg_rows, None, None] * math.sqrt(1 - ab) * grad
             x0 = ((x - math.sqrt(1 - ab) * eps) / math.sqrt(ab)).clamp(-1, 1)
             x = math.sqrt(ab_prev) * x0 + math.sqrt(1 - ab_prev) * eps
             x[:, 0] = p0                                  # in-painting of the current position
@@ -447,9 +498,9 @@ def end_point_scores(plans_world: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Variant:
     name: str
-    kind: str            # "mcss" | "cfg" | "uncond"
+    kind: str            # "mcss" | "cfg" | "cg" | "uncond"
     n: int = 1           # candidates (MCSS), or plans per decision for CFG (k > 1: critic picks among them)
-    w: float = 0.0       # CFG weight
+    w: float = 0.0       # CFG weight, or the classifier-guidance scale for "cg"
     select: str = "critic"   # MCSS selection: "critic" | "oracle" | "end" | "random" | "argmin"
     backbone: str = "transformer"   # denoiser: "transformer" | "unet"
 
@@ -478,17 +529,20 @@ MAX_EPISODES = 64
 
 
 def simulate(bundle, variants: list[Variant], episodes: int, ddim_steps: int, replan: int, seed: int,
-             progress=None, keep_moment: bool = False, planners: dict | None = None) -> dict:
+             progress=None, keep_moment: bool = False, planners: dict | None = None, guide=None) -> dict:
     """Closed loop for all variants at once; every replanning moment is one batched sampler call per backbone.
 
     ``planners`` maps a variant's ``backbone`` to its denoiser; "transformer" defaults to ``bundle.planner``.
-    The critic and the inverse dynamics are shared by all backbones.
+    The critic and the inverse dynamics are shared by all backbones; ``guide`` (classifier-guidance arms only)
+    defaults to the shipped noise-conditioned value network.
     """
     import torch
 
     if episodes > MAX_EPISODES or any(v.n > MAX_CAND for v in variants):
         raise InputError(f"at most {MAX_EPISODES} episodes and {MAX_CAND} candidates")
     planners = {"transformer": bundle.planner, **(planners or {})}
+    if guide is None and any(v.kind == "cg" for v in variants):
+        guide = load_guide()[0]
     critic, invdyn = bundle.critic, bundle.invdyn
     dev = next(critic.parameters()).device
     rng = np.random.default_rng([seed, 1])
@@ -509,21 +563,22 @@ def simulate(bundle, variants: list[Variant], episodes: int, ddim_steps: int, re
             r = t // replan
             report(progress, r / len(replans), f"replanning {r + 1}/{len(replans)}")
             noise = np.random.default_rng([seed, 2, r]).standard_normal((MAX_CAND, MAX_EPISODES, HORIZON, 2))
-            rows_start, rows_noise, rows_w, owner, rows_bb = [], [], [], [], []
+            rows_start, rows_noise, rows_w, owner, rows_bb, rows_cg = [], [], [], [], [], []
             for vi, v in enumerate(variants):
                 n = v.plans
                 pos = s[vi * episodes:(vi + 1) * episodes, :2]
                 rows_start.append(np.repeat(pos, n, axis=0))
                 rows_noise.append(noise[:n, :episodes].transpose(1, 0, 2, 3).reshape(-1, HORIZON, 2))
                 rows_w.append(np.full(episodes * n, v.w if v.kind == "cfg" else 0.0))
+                rows_cg.append(np.full(episodes * n, v.w if v.kind == "cg" else 0.0))
                 rows_bb.append(np.full(episodes * n, v.backbone, dtype=object))
                 owner.append(n)
-            st, nz, ww, bb = (np.concatenate(a) for a in (rows_start, rows_noise, rows_w, rows_bb))
+            st, nz, ww, bb, cgs = (np.concatenate(a) for a in (rows_start, rows_noise, rows_w, rows_bb, rows_cg))
             x = torch.zeros((len(st), HORIZON, 2), device=dev)
             for name in dict.fromkeys(bb):                 # one batched sampler call per backbone
                 sel = np.flatnonzero(bb == name)
                 x[torch.as_tensor(sel, device=dev)] = sample_plans(planners[name], st[sel], nz[sel], ww[sel],
-                                                                   ddim_steps)
+                                                                   ddim_steps, cg_scales=cgs[sel], guide=guide)
             world = denormalise(x.cpu().numpy().astype(np.float64))
             vals = critic_values(critic, x)
             off = 0
@@ -598,6 +653,18 @@ def _load_module(path, make, command: str):
     return module, {k: (v if isinstance(v, str) else float(v)) for k, v in ck["extra"].items()}
 
 
+def guide_checkpoint_path():
+    from engine.core.nn import asset_path
+
+    return asset_path("diffusion-planning/dv_maze_guide.pt")
+
+
+@lru_cache(maxsize=1)
+def load_guide():
+    """The noise-conditioned value network trained by ``python -m engine.diffusion_planning train-guide``."""
+    return _load_module(guide_checkpoint_path(), guide_class(), "python -m engine.diffusion_planning train-guide")
+
+
 @lru_cache(maxsize=1)
 def load_unet():
     """The U-Net denoiser trained by ``python -m engine.diffusion_planning train --denoiser unet``."""
@@ -613,6 +680,7 @@ def load_bundle():
 # ----------------------------------------------------------------------------- engine contract
 
 W_GRIDS = ("1,2,4", "0.5,1,2", "2,4,8", "1", "4", "8", "0,1,2,4,8")
+CG_GRIDS = ("off", "1,10,30", "1,3,10", "3,10,30", "10,30,100", "0.3,1,3", "10")   # classifier-guidance scales
 SCALING_NS = (1, 2, 4, 8, 16, 32, 64)
 CLAIM_NS = (1, 4, 12)
 BASE_NS = (2, 4, 12)         # MCSS sizes always run (N = 2 and 4 set the equal-compute budgets 2 S and 4 S)
@@ -628,6 +696,10 @@ def _weights(grid: str) -> tuple[float, ...]:
     return tuple(float(w) for w in grid.split(","))
 
 
+def _cg_scales(config) -> tuple[float, ...]:
+    return () if config.cg_scales == "off" else _weights(config.cg_scales)
+
+
 @dataclass(frozen=True)
 class Config:
     denoiser: str = param("transformer", Choice(BACKBONES, "Denoiser", labels=("Transformer (the paper's choice)",
@@ -638,6 +710,10 @@ class Config:
                                                                      "N = 1 is the unconditional planner"))
     cfg_weights: str = param("1,2,4", Choice(W_GRIDS, "CFG weights w", help="classifier-free guidance strengths "
                                                                           "compared with MCSS"))
+    cg_scales: str = param("off", Choice(CG_GRIDS, "Classifier guidance scales s",
+                                         help="also run classifier guidance: one unconditional plan steered along "
+                                              "the critic's value gradient at each DDIM step (scale s); off by "
+                                              "default"))
     ddim_steps: int = param(5, Int(2, 20, "DDIM steps S"))
     replan: int = param(20, Int(5, 50, "Replanning interval (env steps)", step=5))
     episodes: int = param(16, Int(8, 64, "Episodes per variant", step=8))
@@ -670,6 +746,7 @@ def _variants(config: Config) -> list[Variant]:
         ns += [n for n in SCALING_NS if n not in (1, *ns)]
     vs = [Variant(f"MCSS N={n}", "mcss", n=n, backbone=b) for n in ns]
     vs += [Variant(f"CFG w={w:g}", "cfg", w=w, backbone=b) for w in _weights(config.cfg_weights)]
+    vs += [Variant(f"CG s={s:g}", "cg", w=s, backbone=b) for s in _cg_scales(config)]
     vs.append(Variant("unconditional", "uncond", backbone=b))
     return vs
 
@@ -703,8 +780,8 @@ def estimated_gflop(config: Config) -> float:
     n_replans = math.ceil(EPISODE_STEPS / config.replan)
 
     def gflop(vs):
-        return sum(config.episodes * n_replans * nfe_per_decision(v, config.ddim_steps) * PLAN_FLOP[v.backbone]
-                   for v in vs) / 1e9
+        return sum(config.episodes * n_replans * nfe_per_decision(v, config.ddim_steps)
+                   * (PLAN_FLOP[v.backbone] + (GUIDE_GRAD_FLOP if v.kind == "cg" else 0.0)) for v in vs) / 1e9
 
     # every grid in W_GRIDS has a nonzero weight (run() tunes the k-plan arms over those)
     return gflop(_variants(config)) + max(gflop(_second_pass(config, w)) for w in _weights(config.cfg_weights) if w)
@@ -713,7 +790,8 @@ def estimated_gflop(config: Config) -> float:
 # both extras on at the default sizes (362 GFLOP, near the cap; 360 before CFG at w = 1 was counted at one pass
 # per step): 13.5 s CPU on one core, measured 2026-12-03 (15-17 s wall with the w = 1 change, busy machine).
 # The old cap of 500 GFLOP allowed 17.6 s CPU (23-34 s wall in a fresh, busy process, over the 30 s budget).
-HEAVY_CONFIG = Config(scaling_curve=True, compare_denoisers=True)
+# With three classifier-guidance arms as well (369 GFLOP): 8.4 s on an idle machine, measured 2026-12-05.
+HEAVY_CONFIG = Config(scaling_curve=True, compare_denoisers=True, cg_scales="1,10,30")
 
 
 @dataclass
@@ -828,6 +906,12 @@ def run(config: Config, progress=None) -> Result:
         "equal_nfe_gap_2S": gap2, "equal_nfe_gap_4S": gap4, "equal_nfe_gap": 0.5 * (gap2 + gap4),
         "estimated_gflop": estimated_gflop(config),
     }
+    cg_names = [f"CG s={x:g}" for x in _cg_scales(config)]
+    if cg_names:
+        best_cg = max(cg_names, key=lambda nm: succ[nm])
+        m.update({"success_best_cg": succ[best_cg], "cg_best_s": float(best_cg.split("=")[1]),
+                  "mcss_minus_best_cg": succ[mc] - succ[best_cg], "best_cg_minus_uncond":
+                  succ[best_cg] - succ["unconditional"]})
     if config.compare_denoisers:
         lab = BACKBONE_LABELS[_other(config.denoiser)]
         by = {config.denoiser: (succ[mc], succ["unconditional"]),
@@ -894,6 +978,16 @@ def claims(result: Result) -> list[Claim]:
                      "(w tuned on the single-plan runs of the same episodes; a CFG plan costs 2 passes per step, "
                      "1 at w = 1, where the unconditional pass drops out)"),
     ]
+    if "mcss_minus_best_cg" in m:
+        # the same tolerance as the CFG comparison above, fixed before the classifier-guidance arms were first run
+        out.append(Claim(
+            "Selection is also at least as good as classifier guidance (the gradient of a value network trained on "
+            "noisy plans), at its best scale.",
+            measured=m["mcss_minus_best_cg"], op=">=", threshold=-0.05, label="success(MCSS) − max_s success(CG)",
+            fmt=".2f", detail=f"best CG here: s = {m['cg_best_s']:g} with {m['success_best_cg']:.2f} (scales "
+                              f"{c.cg_scales}); unguided single sample {m['success_uncond']:.2f}. Not at equal "
+                              f"compute: MCSS spends {n} × S denoiser passes per decision, a CG plan S passes plus "
+                              "S small value-network gradients"))
     if "backbone_gap" in m:
         # direction as the paper reports (Transformer better); threshold fixed before the U-Net was trained
         out.append(Claim(
@@ -965,6 +1059,40 @@ def train_unet(planner_steps: int = 8000, lr: float = 6e-4, batch: int = 128, em
     return unet, extra
 
 
+def train_guide(steps: int = 6000, lr: float = 6e-4, batch: int = 256, seed: int = 0, progress=None) -> tuple:
+    """The noise-conditioned value network V(x_t, t) for classifier guidance, on the planner's own plan segments:
+    x_t = sqrt(abar_t) x_0 + sqrt(1 - abar_t) eps at uniform t, waypoint 0 clean, MSE on the normalised return."""
+    import torch
+
+    from engine.core.nn import batch_indices, train_loop
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.time()
+    plans, vals, _, _ = plan_segments(generate_dataset())
+    P, V = torch.as_tensor(plans), torch.as_tensor(vals)
+    guide = guide_class()()
+    abar = torch.as_tensor(alpha_bar(np.arange(T_DIFF + 1)), dtype=torch.float32)
+    idx = batch_indices(len(P), batch, steps, gen)
+
+    def loss(i):
+        x0, y = P[idx[i]], V[idx[i]]
+        t = torch.randint(1, T_DIFF + 1, (len(x0),), generator=gen)
+        ab = abar[t][:, None, None]
+        xt = ab.sqrt() * x0 + (1 - ab).sqrt() * torch.randn(x0.shape, generator=gen)
+        xt[:, 0] = x0[:, 0]
+        return ((guide(xt, t) - y) ** 2).mean()
+
+    hist = train_loop(guide.parameters(), loss, steps, lr=lr, optimizer="adamw", progress=progress,
+                      report_every=200, cosine=True)
+    guide.eval()
+    extra = {"guide_steps": steps, "lr": lr, "batch": batch, "train_seed": seed, "time_features":
+             GUIDE_TIME_FEATURES, "segments": len(P), "parameters": sum(p.numel() for p in guide.parameters()),
+             "guide_loss_last500": float(np.mean(hist[-500:])), "value_variance": float(V.var()),
+             "train_seconds": time.time() - t0}
+    return guide, extra
+
+
 def train(planner_steps: int = 8000, aux_steps: int = 4000, lr: float = 6e-4, batch: int = 128,
           aux_batch: int = 256, ema: float = 0.999, seed: int = 0, progress=None) -> tuple:
     import torch
@@ -1013,9 +1141,10 @@ def main(argv=None):
     from engine.core.nn import load_state, save_state, set_cpu_threads
 
     ap = argparse.ArgumentParser(prog="python -m engine.diffusion_planning")
-    ap.add_argument("cmd", choices=["train", "evaluate"],
+    ap.add_argument("cmd", choices=["train", "evaluate", "train-guide"],
                     help="train: dataset + planner + critic + inverse dynamics, then evaluate; evaluate: re-measure "
-                         "the shipped checkpoint at the page's default setting and update its metadata only")
+                         "the shipped checkpoint at the page's default setting and update its metadata only; "
+                         "train-guide: the noise-conditioned value network of classifier guidance only")
     ap.add_argument("--denoiser", choices=["transformer", "unet"], default="transformer",
                     help="unet: train (or evaluate) only the U-Net planner, on the same data, batches, steps and "
                          "schedule; it shares the Transformer checkpoint's critic and inverse dynamics")
@@ -1026,6 +1155,17 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     set_cpu_threads(a.threads)
+    if a.cmd == "train-guide":
+        guide, extra = train_guide(seed=a.seed, progress=lambda f, msg: print(msg, flush=True))
+        # what it is for, measured: classifier guidance at s = 1 against the unguided sample, paired episodes
+        vs = [Variant("unconditional", "uncond"), Variant("CG s=1", "cg", w=1.0)]
+        sim = simulate(load_bundle()[0], vs, 64, 5, 20, 0, guide=guide)
+        extra.update({f"eval_success[{nm}]": success_rate(sim["first"][i]) for i, nm in enumerate(sim["names"])})
+        extra.update({"eval_episodes": 64, "eval_seed": 0})
+        save_state(guide, guide_checkpoint_path(), extra=extra)
+        guide_checkpoint_path().with_suffix(".json").write_text(json.dumps(extra, indent=1))
+        print(json.dumps(extra, indent=1))
+        return
     unet = a.denoiser == "unet"
     out = unet_checkpoint_path() if unet else checkpoint_path()
     if a.cmd == "train":

@@ -32,7 +32,7 @@ F_FIELDS, VOCAB, EMB, HIDDEN = 8, 64, 16, 64
 
 @dataclass(frozen=True)
 class Config:
-    epochs: int = param(16, Int(0, 40, "Target training epochs", help="how much the target memorises; "
+    epochs: int = param(16, Int(0, 60, "Target training epochs", help="how much the target memorises; "
                                 "0 = an untrained target (null check)"))
     questions: int = param(6, Int(1, 8, "Questions per document Q", help="pairs the attack aggregates over"))
     p_read: float = param(0.5, Float(0.0, 1.0, "OCR accuracy", step=0.05,
@@ -42,7 +42,7 @@ class Config:
                                          widget="select_slider"))
     tau: float = param(0.1, Choice((0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0), "Fit threshold τ",
                                    widget="select_slider", help="a pair counts as fitted when its loss < τ"))
-    max_steps: int = param(200, Int(20, 300, "Max attack steps", step=20))
+    max_steps: int = param(200, Int(20, 1000, "Max attack steps", step=20))
     features: str = param("both", Choice(("both", "distance", "steps"), "Features", widget="radio"))
     aggregate: str = param("mean", Choice(("mean", "median", "max"), "Aggregation over questions", widget="radio"))
     weight_decay: float = param(0.0, Choice((0.0, 1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0), "Defence: weight decay",
@@ -51,8 +51,8 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
-# largest widget setting (every size at its max): 4 s CPU, measured 2026-12-03
-HEAVY_CONFIG = Config(epochs=40, questions=8, n_docs=500, max_steps=300, attack_lr=0.01)
+# largest widget setting (every size at its max): 3 s CPU, measured 2026-12-05
+HEAVY_CONFIG = Config(epochs=60, questions=8, n_docs=500, max_steps=1000, attack_lr=0.01)
 
 
 @dataclass

@@ -87,7 +87,7 @@ class Config:
                                           labels=("Adam (cosine decay)", "SGD (constant)")))
     lr: float = param(0.3, Choice((0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.2, 2.0), "Learning rate",
                                   widget="select_slider", help="shared by all strategies"))
-    steps: int = param(300, Int(100, 1500, "Steps", step=50))
+    steps: int = param(300, Int(100, 2000, "Steps", step=50))
     batch: int = param(64, Choice((16, 32, 64, 128, 256), "Batch size", widget="select_slider"))
     warmup: int = param(30, Int(0, 200, "Uniform warm-up steps", step=10,
                                 help="first steps use uniform weights so that losses mean something"))
@@ -98,8 +98,8 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
-# largest widget setting (MLP, full sweep, every size at max): 9 s CPU, measured 2026-12-03
-HEAVY_CONFIG = Config(setting="mlp", steps=1500, batch=256, seeds=16, sweep="all", warmup=200)
+# largest widget setting (MLP, full sweep, every size at max): 3.5 s CPU, measured 2026-12-05
+HEAVY_CONFIG = Config(setting="mlp", steps=2000, batch=256, seeds=16, sweep="all", warmup=200)
 
 
 @dataclass

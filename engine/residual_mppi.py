@@ -44,8 +44,11 @@ class Config:
     lam: float = param(0.2, Float(0.001, 1.0, "Temperature λ", step=0.001, fmt="%.3f"))
     sigma: float = param(2.0, Float(0.05, 3.0, "Sampling std σ", step=0.05))
     n_samples: int = param(1024, Choice((64, 128, 256, 512, 1024, 2048, 4096), "Samples K",
-                                        widget="select_slider"))
-    horizon: int = param(25, Int(5, 40, "Horizon H"))
+                                        widget="select_slider",
+                                        help="at most 4 096: with H = 40 and the few-shot model that already takes "
+                                             "about 19 s of CPU; 8 192 would pass the 30 s budget"))
+    horizon: int = param(25, Int(5, 40, "Horizon H", help="steps of each sampled control sequence; at most 40 for "
+                                                          "the same time budget"))
     gamma: float = param(0.95, Float(0.8, 0.99, "Discount γ", step=0.01))
     c_obst: float = param(40.0, Float(0.0, 50.0, "Obstacle strength c_o", step=1.0))
     model: str = param("exact", Choice(("exact", "zero_shot", "few_shot"), "Dynamics model", widget="radio",

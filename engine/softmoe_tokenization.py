@@ -60,7 +60,10 @@ class Config:
     l2_routing: bool = param(True, Bool("Scaled ℓ2 routing normalisation",
                                         help="Soft MoE's normalisation: unit-norm tokens and slot parameters in the "
                                              "routing logits, times a learned scale"))
-    live_steps: int = param(100, Int(50, 200, "Live training steps", step=50))
+    live_steps: int = param(100, Int(50, 200, "Live training steps", step=50,
+                                     help="RL steps of the live run (the paper trains for millions); at most 200, "
+                                          "since 300 steps at the widest expert took 28-30 s here, at the 30 s "
+                                          "budget"))
     columns: int = param(5, Int(3, 9, "Grid columns", help="Catch width for the live run and the anatomy view"))
     train_frac: float = param(0.5, Float(0.2, 0.9, "Training fraction of states", step=0.1))
     seed: int = param(0, Int(0, 9, "Seed"))
