@@ -336,3 +336,29 @@ def test_paper_kind_measurements_shown(default_result):
     assert len(eng.claims(default_result)) == 5          # no new badge
     # with no balls the gate never consults the neural side
     assert t["blend"]["no balls"]["neural_share"] == 0.0
+
+
+def test_mlp_blender_checkpoint_mixture_and_page_setting():
+    """The neural blender (the paper's other blending function): β is a softmax of an MLP on the object state, the
+    mixture stays a distribution, its shipped checkpoint reproduces from the script, and the page setting loads it."""
+    agent, log = eng.load_agent("blend_mlp")
+    assert agent.kind == "blend_mlp" and len(log["seed_success"]) == 3
+    rng = np.random.default_rng(0)
+    env = eng.Climber(64, "standard", rng)
+    img = torch.as_tensor(env.image(), dtype=torch.float32)
+    z = torch.as_tensor(env.objects(), dtype=torch.float32)
+    with torch.no_grad():
+        probs, _, b = agent(img, z)
+        assert torch.allclose(b, torch.softmax(agent.blender(z), -1))
+        assert torch.allclose(probs.sum(-1), torch.ones(64), atol=1e-5)
+        mix = b[:, :1] * agent.neural_probs(img.flatten(1)) + b[:, 1:] * agent.logic_probs(z)
+        assert torch.allclose(probs, mix, atol=1e-6)
+    ck = eng.load_state(eng.checkpoint_path("blend_mlp"))
+    _, log2 = eng.train_agent("blend_mlp", 2 * 32 * 64, int(ck["extra"]["seed"]))
+    assert np.allclose(log2["ret"], np.asarray(ck["extra"]["ret"])[:2], atol=1e-6)
+    res = eng.run(eng.Config(blender="mlp", episodes=64))
+    assert "MLP blender" in res.source and np.isnan(res.blend_weights).all()
+    # the gate is the checkpoint's MLP: the measured β on visited states is not the rule gate's
+    base = eng.run(eng.Config(episodes=64))
+    assert res.metrics["beta_far"] != pytest.approx(base.metrics["beta_far"])
+    assert "MLP on the object positions" in eng.claims(res)[1].detail
