@@ -234,3 +234,26 @@ def test_page_refuses_an_over_budget_setting_and_keeps_the_last_one():
         [w.value for w in at.warning]
     assert at.slider(key="crossmpt:n_codewords").value == 2500
     assert any("Claims" in s.value for s in at.subheader)
+
+
+def test_live_training_learns_past_the_hard_decision_with_and_without_the_mask():
+    cfg = eng.Config(train_live=True, live_steps=300, live_d=32, live_layers=2)
+    live = eng.live_training(cfg)
+    raw = live["reference"]["raw hard decision"]
+    assert set(live) == {"H mask", "no mask", "reference"}
+    for arm in ("H mask", "no mask"):
+        r = live[arm]
+        assert r["step"][0] == 1 and r["step"][-1] == cfg.live_steps and len(r["ber"]) == len(r["loss"])
+        assert r["ber"][0] > 0.2                      # untrained: about a coin flip per bit
+        assert r["ber"][-1] < 0.8 * raw, (arm, r["ber"][-1], raw)   # learned past the raw hard decision
+        assert r["loss"][-1] < 0.5 * r["loss"][0]
+    # the arms differ only in the mask: same initial weights, different attention, so different curves
+    assert not np.allclose(live["H mask"]["loss"], live["no mask"]["loss"])
+    one = eng.live_training(eng.Config(train_live=True, live_steps=100, live_d=16, live_layers=1, live_mask="none"))
+    assert set(one) == {"no mask", "reference"}
+
+
+def test_live_training_over_budget_is_refused_with_the_steps_that_fit():
+    with pytest.raises(ValueError, match=r"live training of Hamming\(7,4\).*at most [\d,]+ training steps"):
+        eng.Config(train_live=True, live_steps=1500, live_d=32, live_layers=2, live_mask="both")
+    assert eng.estimated_seconds(eng.Config(train_live=True)) > eng.estimated_seconds(eng.Config())
