@@ -448,6 +448,7 @@ def spearman(a, b) -> float:
 # ----------------------------------------------------------------------------------------------
 
 SOURCES = ("shipped grid", "train one model live")
+MAX_STEP_TOKENS = 28_800     # live steps × T (cost ∝ both; see HEAVY_CONFIG)
 
 
 @dataclass(frozen=True)
@@ -458,19 +459,27 @@ class Config:
     K: int = param(64, Choice(GRID_K, "K pre-training topics", widget="select_slider",
                    help="Picks the model whose prompt-length curve is drawn (shipped), or the live run's K."))
     seed: int = param(0, Int(0, 1, "Seed", help="Training seed of the curve shown; the claims use both shipped seeds."))
-    live_N: int = param(32, Int(1, 512, "Live: sequences per topic N", group="Live training"))
-    live_T: int = param(16, Choice((8, 12, 16), "Live: sequence length T", group="Live training"))
-    live_steps: int = param(300, Int(100, 600, "Live: training steps", step=50, group="Live training"))
+    live_N: int = param(32, Int(1, 4096, "Live: sequences per topic N", group="Live training",
+                                help="K · N is capped at 32 768 sequences"))
+    live_T: int = param(16, Choice((8, 12, 16, 24), "Live: sequence length T", group="Live training"))
+    live_steps: int = param(300, Int(100, 1500, "Live: training steps", step=50, group="Live training",
+                                     help="steps × T is capped at 28 800 (1 200 steps at T = 24) to stay inside "
+                                          "the 30 s budget"))
     live_rho: float = param(0.9, Float(0.5, 0.99, "Live: ρ (spectral radius)", step=0.01, group="Live training",
                             help="Noise variance is set to 1 − ρ² so every topic starts and stays stationary."))
 
     def __post_init__(self):
         if self.source == SOURCES[1] and self.K * self.live_N > 32_768:
             raise ValueError("K · N must be at most 32768 sequences for a live run")
+        if self.source == SOURCES[1] and self.live_steps * self.live_T > MAX_STEP_TOKENS:
+            raise ValueError(f"{self.live_steps} steps at T = {self.live_T} would take about "
+                             f"{self.live_steps * self.live_T * 0.6e-3:.0f} s; steps × T must stay at most "
+                             f"{MAX_STEP_TOKENS} (at most {MAX_STEP_TOKENS // self.live_T // 50 * 50} steps at this T)")
 
 
-# largest widget setting (live training at the K·N cap, most steps): 9 s CPU, measured 2026-12-03
-HEAVY_CONFIG = Config(source="train one model live", K=256, live_N=128, live_T=16, live_steps=600)
+# largest widget setting (live training at the K·N cap, the most steps × T): measured 2026-12-05, 600 steps took
+# 6.3 s at T = 16 and 8.8 s at T = 24 (about 0.6 ms per step and token), so 1 200 steps at T = 24 ≈ 17 s
+HEAVY_CONFIG = Config(source="train one model live", K=256, live_N=128, live_T=24, live_steps=1200)
 
 
 @dataclass

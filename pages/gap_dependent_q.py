@@ -8,6 +8,7 @@ import streamlit as st
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import gap_dependent_q as eng
+from engine.core import Multi
 
 SLUG = "gap-dependent-q"
 
@@ -69,6 +70,11 @@ if not (m["regret_ratio_adv"] <= 1.0 and m["regret_ratio_qes"] <= 1.0):
     st.info(" ".join(parts))
 
 names = list(eng.ALGOS)
+# all three learners always run in one batch (the claims compare them); this picks the ones drawn
+picked = state.bind_view(SLUG, "algorithms", Multi(eng.ALGOS, "Algorithms drawn",
+                                                   help="a view setting: all three always run on the same MDPs, "
+                                                        "and the downloads and the table hold all of them"))
+shown = [(ai, n) for ai, n in enumerate(names) if n in picked]
 groups = [f"Δ = {g:.2f}" if np.isfinite(g) else f"random draw {i + 1}" for i, g in enumerate(res.gaps)]
 K = int(res.metrics["K"])
 x = res.grid
@@ -77,7 +83,7 @@ st.subheader("Cumulative regret")
 st.caption("Log-x axis: logarithmic regret is a straight line. Dashed: a·√k and a·k scaled to meet the first "
            "curve at K/8, for comparison.")
 fig = go.Figure()
-for ai, name in enumerate(names):
+for ai, name in shown:
     for gi, gname in enumerate(groups):
         fig.add_trace(go.Scatter(x=x, y=res.regret[ai, gi], name=f"{name}, {gname}", mode="lines",
                                  line=dict(color=charts.COLORS[ai], dash="solid" if gi == 0 else "dot", width=2)))
@@ -103,7 +109,7 @@ left, right = st.columns(2)
 with left:
     fig = go.Figure()
     labels = [f"≤{int(e)}" for e in res.doublings]
-    for ai, name in enumerate(names):
+    for ai, name in shown:
         for gi, gname in enumerate(groups):
             fig.add_trace(go.Bar(x=labels, y=res.per_doubling[ai, gi], name=f"{name}, {gname}",
                                  marker_color=charts.COLORS[ai], opacity=1.0 if gi == 0 else 0.5))
@@ -118,7 +124,7 @@ with left:
     download.download_csv(pd.DataFrame(drows), "gap_q_per_doubling.csv")
 with right:
     fig = go.Figure()
-    for ai, name in enumerate(names):
+    for ai, name in shown:
         for gi, gname in enumerate(groups):
             fig.add_trace(go.Scatter(x=x, y=res.switches[ai, gi], name=f"{name}, {gname}", mode="lines",
                                      line=dict(color=charts.COLORS[ai], dash="solid" if gi == 0 else "dot")))
@@ -142,9 +148,9 @@ st.dataframe(table.round(4), hide_index=True)  # Q* of the gap-controlled family
 download.download_csv(table, "gap_q_table.csv")
 
 st.subheader(f"Where the learners still err (last 10 % of episodes, {groups[0]})")
-cols = st.columns(len(names))
-for ai, name in enumerate(names):
-    with cols[ai]:
+cols = st.columns(len(shown))
+for col, (ai, name) in zip(cols, shown):
+    with col:
         z = res.subopt_visits[ai]
         charts.show(charts.heatmap(z, title=name, x=[f"s{i}" for i in range(z.shape[1])],
                                    y=[f"h{h + 1}" for h in range(z.shape[0])], xlabel="state", ylabel="step",
