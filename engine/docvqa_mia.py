@@ -28,6 +28,7 @@ from engine.core.progress import ProgressSpan, report
 USES_DEVICE = True
 
 F_FIELDS, VOCAB, EMB, HIDDEN = 8, 64, 16, 64
+DP_CLIP = 1.0      # gradient norm bound of the DP-style defence
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,11 @@ class Config:
     weight_decay: float = param(0.0, Choice((0.0, 1e-3, 1e-2, 0.1, 0.3, 1.0, 3.0), "Defence: weight decay",
                                             widget="select_slider", help="AdamW weight decay on the target "
                                             "(decoupled: each step shrinks the weights by lr·wd, lr = 0.01)"))
+    grad_noise: float = param(0.0, Choice((0.0, 0.5, 1.0, 2.0, 4.0, 8.0), "Defence: gradient noise σ",
+                                          widget="select_slider",
+                                          help="DP-style training of the target: each mini-batch gradient clipped "
+                                               "to norm 1, then Gaussian noise of std σ/128 per coordinate (per-"
+                                               "batch clipping, so no formal privacy guarantee)"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
@@ -123,8 +129,12 @@ def _pairs(doc_idx, fields, values, ocr, emb):
 
 
 def train_model(model, e, f, ocr_tok, y, epochs: int, weight_decay: float, seed: int, device,
-                progress=None, snapshots=(), message="training"):
-    """Adam(W) lr 1e-2, batch 128; returns {epoch: state_dict copy} for the requested snapshot epochs."""
+                progress=None, snapshots=(), message="training", grad_noise: float = 0.0):
+    """Adam(W) lr 1e-2, batch 128; returns {epoch: state_dict copy} for the requested snapshot epochs.
+
+    ``grad_noise`` = σ > 0 is a DP-style defence: every mini-batch gradient is clipped to norm C = 1 and Gaussian
+    noise of std σ·C/128 is added to each coordinate, the noise DP-SGD adds to a mean of 128 clipped gradients.
+    The clipping is per batch, not per example, so it carries no formal privacy guarantee."""
     import torch
 
     from engine.core.nn import make_optimizer
@@ -147,6 +157,11 @@ def train_model(model, e, f, ocr_tok, y, epochs: int, weight_decay: float, seed:
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(model(tens[0][b], tens[1][b], tens[2][b]), tens[3][b])
         loss.backward()
+        if grad_noise > 0:
+            params = [p for p in model.parameters() if p.grad is not None]
+            torch.nn.utils.clip_grad_norm_(params, DP_CLIP)
+            for p in params:
+                p.grad.add_(torch.randn(p.grad.shape, generator=g).to(device), alpha=grad_noise * DP_CLIP / 128)
         opt.step()
         ep = (step + 1) / per_epoch
         if ep in snapshots:
@@ -315,6 +330,7 @@ def run(config: Config, progress=None) -> Result:
     target = _model(init_seed)
     snaps = train_model(target, mem_pairs[4], mem_pairs[1], mem_pairs[3], mem_pairs[2], config.epochs,
                         config.weight_decay, config.seed, device, ProgressSpan(progress, 0.0, 0.35),
+                        grad_noise=config.grad_noise,
                         snapshots=set(epoch_values), message="target")
     steps, dist, pair_loss, target_answer = _attack(target, all_pairs, q, config, device)
     report(progress, 0.45, "white-box attack done")
@@ -438,7 +454,7 @@ def _attack_once(cfg: Config, docs, n_extra: int, weight_decay: float, device, p
     init_seed = 1000 + cfg.seed
     target = _model(init_seed)
     train_model(target, tr[4], tr[1], tr[3], tr[2], cfg.epochs, weight_decay, cfg.seed, device,
-                ProgressSpan(progress, 0.0, 0.6), message="target")
+                ProgressSpan(progress, 0.0, 0.6), message="target", grad_noise=cfg.grad_noise)
     steps, dist, pair_loss, answer = _attack(target, all_pairs, q, cfg, device)
     desc, dbar = descriptors(steps, dist, n, q, cfg.max_steps, cfg.aggregate)
     out = {"white-box DocMIA": roc_points(member, cluster_decide(desc, dbar, cfg.features, cfg.seed)[1])[2],

@@ -105,7 +105,15 @@ charts.show(charts.lines(res.epoch_values, {"white-box AUC": res.auc_vs_epochs},
                          ylabel="AUC", mode="lines+markers"), key="auc_ep")
 download.download_csv(pd.DataFrame({"epochs": res.epoch_values, "auc": res.auc_vs_epochs}), "mia_auc_vs_epochs.csv")
 
-st.subheader("Defences: a larger training set, weight decay")
+st.subheader("Defences: a larger training set, weight decay, gradient noise")
+if cfg.grad_noise > 0:
+    st.info(f"DP-style gradient noise σ = {cfg.grad_noise:g} is on (sidebar): the target now answers "
+            f"{m['answer_acc_members']:.0%} of its training documents' questions and "
+            f"{m['answer_acc_nonmembers']:.0%} of the others', and the white-box AUC is {m['auc_white']:.2f} "
+            f"(loss baseline {m['auc_loss']:.2f}). Set σ to 0 to compare: the noise that hides membership also "
+            "costs the target what it memorised.", icon=":material/shield:")
+else:
+    st.caption("A third defence, DP-style gradient noise on the target's training, is a setting in the sidebar.")
 st.caption("Retrains the target (and the proxy) at up to 5 training-set sizes — the candidate members plus extra "
            "training documents that are not candidates — and at 6 weight decays, on the same candidates.")
 if st.toggle("Run the sweeps (about 10–20 s)", key="docvqa_mia_sweep"):

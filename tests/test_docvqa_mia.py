@@ -188,3 +188,16 @@ def test_loss_stays_ahead_with_easier_reading_or_longer_training(kw):
     """The page says so under the failing 'beats the loss baseline' badge."""
     m = eng.run(eng.Config(**kw)).metrics
     assert m["auc_loss"] > m["auc_white"] and m["auc_loss"] > m["auc_black"]
+
+
+def test_gradient_noise_defence_weakens_the_attacks_and_costs_memorisation(default_result):
+    """DP-style noise on the target's training: more noise, weaker white-box and loss attacks, and the target
+    answers fewer of its own training questions (what the attack detects is what it memorised)."""
+    m0 = default_result.metrics
+    runs = {s: eng.run(eng.Config(grad_noise=s)).metrics for s in (1.0, 8.0)}
+    assert m0["auc_white"] > runs[1.0]["auc_white"] > runs[8.0]["auc_white"]
+    assert m0["auc_loss"] > runs[1.0]["auc_loss"] > runs[8.0]["auc_loss"]
+    assert runs[8.0]["auc_white"] < m0["auc_chance_bar"] + 0.05
+    assert runs[8.0]["answer_acc_members"] < m0["answer_acc_members"]
+    # σ = 0 neither clips nor adds noise: exactly the default target
+    assert eng.run(eng.Config(grad_noise=0.0)).metrics["auc_white"] == m0["auc_white"]
