@@ -8,6 +8,7 @@ import streamlit as st
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import mad_td as eng
+from engine.core import Choice
 
 SLUG = "mad-td"
 
@@ -92,99 +93,108 @@ def per_seed_lines(x, data: dict, title: str, ytitle: str, height: int, log: boo
     return fig
 
 
-st.subheader("Critic error at the policy's actions")
-charts.show(per_seed_lines(res.steps, res.rmse, "On-policy RMSE  |Q_θ(s, π(s)) − Q^π(s, π(s))| over buffer states "
-                           "(one line per seed)", "RMSE", 420, log=True), key="rmse")
-rows = {"env_step": res.steps}
-for key, arr in res.rmse.items():
-    for s in range(arr.shape[0]):
-        rows[f"{key} seed{s} rmse"] = arr[s]
-        rows[f"{key} seed{s} bias"] = res.bias[key][s]
-download.download_csv(pd.DataFrame(rows), "mad_td_rmse.csv")
+# both loops always run (the claims use both); this picks which panels are drawn
+mode = state.bind_view(SLUG, "mode", Choice(("both", "evaluation", "actor-critic"), "Panels shown", widget="radio",
+                                            labels=("both", "policy evaluation", "actor-critic"),
+                                            help="a view setting: the fixed-policy evaluation and the actor-critic "
+                                                 "loop are always both run"))
 
-fin = pd.DataFrame([{"variant": k, "seed": s, "final RMSE": float(v[s])} for k, v in res.final.items()
-                    for s in range(len(v))])
-med = fin.groupby("variant", sort=False)["final RMSE"].median()
-fig = charts.bars(list(med.index), list(med.values), title="Final on-policy RMSE: median over seeds (bars), each seed "
-                  "(dots)", ylabel="RMSE", colors=charts.COLORS[:len(med)])
-fig.add_trace(go.Scatter(x=fin["variant"], y=fin["final RMSE"], mode="markers", name="seeds", showlegend=False,
-                         marker=dict(color="#222222", size=7, symbol="circle-open")))
-charts.show(fig, key="final")
-download.download_csv(fin.assign(**{"median final RMSE (variant)": fin["variant"].map(med)}), "mad_td_final.csv")
+if mode in ("both", "evaluation"):
+    st.subheader("Critic error at the policy's actions")
+    charts.show(per_seed_lines(res.steps, res.rmse, "On-policy RMSE  |Q_θ(s, π(s)) − Q^π(s, π(s))| over buffer states "
+                               "(one line per seed)", "RMSE", 420, log=True), key="rmse")
+    rows = {"env_step": res.steps}
+    for key, arr in res.rmse.items():
+        for s in range(arr.shape[0]):
+            rows[f"{key} seed{s} rmse"] = arr[s]
+            rows[f"{key} seed{s} bias"] = res.bias[key][s]
+    download.download_csv(pd.DataFrame(rows), "mad_td_rmse.csv")
 
-st.subheader("Actor-critic: overestimation and returns of the current policy (paired seeds)")
-c1, c2 = st.columns(2)
-for col, data, title, ytitle, key in (
-        (c1, res.over, "Mean Q_θ(s, π_K(s)) − Q^π_K(s, π_K(s)) (> 0: overestimation)", "overestimation", "over"),
-        (c2, res.regret, "Regret of the current actor (J* − J(K_t))/|J*|", "regret", "regret")):
-    with col:
-        finite = {k: np.where(np.isfinite(v), v, np.nan) for k, v in data.items()}   # gaps: actor unstable
-        charts.show(per_seed_lines(res.steps, finite, title, ytitle, 360, log=key == "regret"), key=key)
-c3, c4 = st.columns(2)
-with c3:
-    charts.show(per_seed_lines(res.steps, res.align, "Cosine(critic's policy gradient, true policy gradient)",
-                               "cosine", 320), key="align")
-with c4:
+    fin = pd.DataFrame([{"variant": k, "seed": s, "final RMSE": float(v[s])} for k, v in res.final.items()
+                        for s in range(len(v))])
+    med = fin.groupby("variant", sort=False)["final RMSE"].median()
+    fig = charts.bars(list(med.index), list(med.values), title="Final on-policy RMSE: median over seeds (bars), each seed "
+                      "(dots)", ylabel="RMSE", colors=charts.COLORS[:len(med)])
+    fig.add_trace(go.Scatter(x=fin["variant"], y=fin["final RMSE"], mode="markers", name="seeds", showlegend=False,
+                             marker=dict(color="#222222", size=7, symbol="circle-open")))
+    charts.show(fig, key="final")
+    download.download_csv(fin.assign(**{"median final RMSE (variant)": fin["variant"].map(med)}), "mad_td_final.csv")
+
+if mode in ("both", "actor-critic"):
+    st.subheader("Actor-critic: overestimation and returns of the current policy (paired seeds)")
+    c1, c2 = st.columns(2)
+    for col, data, title, ytitle, key in (
+            (c1, res.over, "Mean Q_θ(s, π_K(s)) − Q^π_K(s, π_K(s)) (> 0: overestimation)", "overestimation", "over"),
+            (c2, res.regret, "Regret of the current actor (J* − J(K_t))/|J*|", "regret", "regret")):
+        with col:
+            finite = {k: np.where(np.isfinite(v), v, np.nan) for k, v in data.items()}   # gaps: actor unstable
+            charts.show(per_seed_lines(res.steps, finite, title, ytitle, 360, log=key == "regret"), key=key)
+    c3, c4 = st.columns(2)
+    with c3:
+        charts.show(per_seed_lines(res.steps, res.align, "Cosine(critic's policy gradient, true policy gradient)",
+                                   "cosine", 320), key="align")
+    with c4:
+        fig = go.Figure()
+        for i, (key, g) in enumerate(res.gain.items()):
+            for s in range(g.shape[0]):
+                fig.add_trace(go.Scatter(x=g[s, :, 0], y=g[s, :, 1], mode="lines", name=key, legendgroup=key,
+                                         showlegend=s == 0, line=dict(color=charts.COLORS[i % 8], width=1.5)))
+        fig.add_trace(go.Scatter(x=[res.K_star[0]], y=[res.K_star[1]], mode="markers", name="K* (optimal)",
+                                 marker=dict(symbol="star", size=14, color="black")))
+        charts.themed(fig, "Actor gain K_t (start K_b)", 320)
+        fig.update_xaxes(title="K₁ (position gain)")
+        fig.update_yaxes(title="K₂ (velocity gain)")
+        charts.show(fig, key="gain")
+        download.download_csv(pd.DataFrame([{"variant": k, "seed": s, "checkpoint": t, "K1": float(g[s, t, 0]),
+                                             "K2": float(g[s, t, 1]), "K1_star": float(res.K_star[0]),
+                                             "K2_star": float(res.K_star[1])}
+                                            for k, g in res.gain.items() for s in range(g.shape[0])
+                                            for t in range(g.shape[1])]),
+                              "mad_td_actor_gain.csv", key="dl-mad-td-actor-gain")
+    per_seed = pd.DataFrame([     # slope columns NaN: the actor was unstable at every 2nd-half checkpoint
+        {"variant": k, "seed": s, "overestimation (2nd half)": float(res.late_over[k][s]),
+         "worst regret (2nd half)": float(res.worst_regret[k][s]),
+         "final K₁": float(res.gain[k][s, -1, 0]), "final K₂": float(res.gain[k][s, -1, 1]),
+         "slope RMS error (2nd half)": float(res.late_slope[k][0][s]),
+         "true slope RMS (2nd half)": float(res.late_slope[k][1][s])}
+        for k in res.late_over for s in range(len(res.late_over[k]))])
+    st.dataframe(per_seed, hide_index=True)
+    download.download_csv(per_seed, "mad_td_actor_critic_per_seed.csv")
+    ac_rows = {"env_step": res.steps}
+    for key in res.over:
+        for s in range(res.over[key].shape[0]):
+            ac_rows[f"{key} seed{s} overestimation"] = res.over[key][s]
+            ac_rows[f"{key} seed{s} regret"] = res.regret[key][s]
+            ac_rows[f"{key} seed{s} grad cosine"] = res.align[key][s]
+    download.download_csv(pd.DataFrame(ac_rows), "mad_td_actor_critic_curves.csv")
+
+if mode in ("both", "evaluation"):
+    st.subheader("Where the fixed-policy critic is wrong (seed 0)")
+    cols = st.columns(len(res.heat))
+    for i, (name, z) in enumerate(res.heat.items()):
+        with cols[i]:
+            f = charts.heatmap(z.T, title=name, x=res.heat_axis, y=res.heat_axis, xlabel="position",
+                               ylabel="velocity", diverging=True, reverse_y=False, height=360,
+                               colorbar_title="Q_θ − Q^π")
+            f.add_trace(go.Scatter(x=res.data_states[:, 0], y=res.data_states[:, 1], mode="markers",
+                                   marker=dict(size=3, color="black"), name="data", showlegend=False))
+            charts.show(f, key=f"heat{i}")
+    download.download_json({"axis": res.heat_axis, **res.heat, "data_states": res.data_states}, "mad_td_error_maps.json")
+
     fig = go.Figure()
-    for i, (key, g) in enumerate(res.gain.items()):
-        for s in range(g.shape[0]):
-            fig.add_trace(go.Scatter(x=g[s, :, 0], y=g[s, :, 1], mode="lines", name=key, legendgroup=key,
-                                     showlegend=s == 0, line=dict(color=charts.COLORS[i % 8], width=1.5)))
-    fig.add_trace(go.Scatter(x=[res.K_star[0]], y=[res.K_star[1]], mode="markers", name="K* (optimal)",
-                             marker=dict(symbol="star", size=14, color="black")))
-    charts.themed(fig, "Actor gain K_t (start K_b)", 320)
-    fig.update_xaxes(title="K₁ (position gain)")
-    fig.update_yaxes(title="K₂ (velocity gain)")
-    charts.show(fig, key="gain")
-    download.download_csv(pd.DataFrame([{"variant": k, "seed": s, "checkpoint": t, "K1": float(g[s, t, 0]),
-                                         "K2": float(g[s, t, 1]), "K1_star": float(res.K_star[0]),
-                                         "K2_star": float(res.K_star[1])}
-                                        for k, g in res.gain.items() for s in range(g.shape[0])
-                                        for t in range(g.shape[1])]),
-                          "mad_td_actor_gain.csv", key="dl-mad-td-actor-gain")
-per_seed = pd.DataFrame([     # slope columns NaN: the actor was unstable at every 2nd-half checkpoint
-    {"variant": k, "seed": s, "overestimation (2nd half)": float(res.late_over[k][s]),
-     "worst regret (2nd half)": float(res.worst_regret[k][s]),
-     "final K₁": float(res.gain[k][s, -1, 0]), "final K₂": float(res.gain[k][s, -1, 1]),
-     "slope RMS error (2nd half)": float(res.late_slope[k][0][s]),
-     "true slope RMS (2nd half)": float(res.late_slope[k][1][s])}
-    for k in res.late_over for s in range(len(res.late_over[k]))])
-st.dataframe(per_seed, hide_index=True)
-download.download_csv(per_seed, "mad_td_actor_critic_per_seed.csv")
-ac_rows = {"env_step": res.steps}
-for key in res.over:
-    for s in range(res.over[key].shape[0]):
-        ac_rows[f"{key} seed{s} overestimation"] = res.over[key][s]
-        ac_rows[f"{key} seed{s} regret"] = res.regret[key][s]
-        ac_rows[f"{key} seed{s} grad cosine"] = res.align[key][s]
-download.download_csv(pd.DataFrame(ac_rows), "mad_td_actor_critic_curves.csv")
-
-st.subheader("Where the fixed-policy critic is wrong (seed 0)")
-cols = st.columns(len(res.heat))
-for i, (name, z) in enumerate(res.heat.items()):
-    with cols[i]:
-        f = charts.heatmap(z.T, title=name, x=res.heat_axis, y=res.heat_axis, xlabel="position",
-                           ylabel="velocity", diverging=True, reverse_y=False, height=360,
-                           colorbar_title="Q_θ − Q^π")
-        f.add_trace(go.Scatter(x=res.data_states[:, 0], y=res.data_states[:, 1], mode="markers",
-                               marker=dict(size=3, color="black"), name="data", showlegend=False))
-        charts.show(f, key=f"heat{i}")
-download.download_json({"axis": res.heat_axis, **res.heat, "data_states": res.data_states}, "mad_td_error_maps.json")
-
-fig = go.Figure()
-for i, (name, q) in enumerate(res.slice_q.items()):
-    fig.add_trace(go.Scatter(x=res.slice_a, y=q, mode="lines", name=name,
-                             line=dict(color="black" if name == "closed form" else charts.COLORS[(i - 1) % 8],
-                                       dash="dash" if name == "closed form" else "solid")))
-fig.add_vline(x=res.metrics["pi_s0"], line_dash="dot", annotation_text="π(s₀)")
-lo, hi = float(np.min(res.data_actions)), float(np.max(res.data_actions))
-fig.add_vrect(x0=lo, x1=hi, fillcolor="gray", opacity=0.12, line_width=0, annotation_text="range of data actions")
-charts.themed(fig, f"Q(s₀, a) at s₀ = ({res.slice_state[0]:.1f}, {res.slice_state[1]:.1f})", 380)
-fig.update_xaxes(title="action a")
-fig.update_yaxes(title="Q")
-charts.show(fig, key="slice")
-download.download_csv(pd.DataFrame({"a": res.slice_a, **res.slice_q, "pi_s0": res.metrics["pi_s0"],
-                                    "data_action_min": lo, "data_action_max": hi}), "mad_td_q_slice.csv")
+    for i, (name, q) in enumerate(res.slice_q.items()):
+        fig.add_trace(go.Scatter(x=res.slice_a, y=q, mode="lines", name=name,
+                                 line=dict(color="black" if name == "closed form" else charts.COLORS[(i - 1) % 8],
+                                           dash="dash" if name == "closed form" else "solid")))
+    fig.add_vline(x=res.metrics["pi_s0"], line_dash="dot", annotation_text="π(s₀)")
+    lo, hi = float(np.min(res.data_actions)), float(np.max(res.data_actions))
+    fig.add_vrect(x0=lo, x1=hi, fillcolor="gray", opacity=0.12, line_width=0, annotation_text="range of data actions")
+    charts.themed(fig, f"Q(s₀, a) at s₀ = ({res.slice_state[0]:.1f}, {res.slice_state[1]:.1f})", 380)
+    fig.update_xaxes(title="action a")
+    fig.update_yaxes(title="Q")
+    charts.show(fig, key="slice")
+    download.download_csv(pd.DataFrame({"a": res.slice_a, **res.slice_q, "pi_s0": res.metrics["pi_s0"],
+                                        "data_action_min": lo, "data_action_max": hi}), "mad_td_q_slice.csv")
 
 layout.how_it_works(r"""
 **Task.** $s' = As + Ba + w$, $r = -(s^\top Q_c s + R_c a^2)$, discount $\gamma$. The evaluated policy is the LQR optimum
