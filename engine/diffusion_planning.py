@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from engine.core import Bool, Choice, Claim, InputError, Int, param, seed_everything
+from engine.core import Bool, Choice, Claim, InputError, Int, Multi, param, seed_everything
 from engine.core.progress import ProgressSpan, report
 
 # ----------------------------------------------------------------------------- environment
@@ -679,7 +679,7 @@ def load_bundle():
 
 # ----------------------------------------------------------------------------- engine contract
 
-W_GRIDS = ("1,2,4", "0.5,1,2", "2,4,8", "1", "4", "8", "0,1,2,4,8")
+CFG_WEIGHTS = (0, 0.5, 1, 2, 4, 8)     # CFG weights to choose from (w = 0 is unguided sampling)
 CG_GRIDS = ("off", "1,10,30", "1,3,10", "3,10,30", "10,30,100", "0.3,1,3", "10")   # classifier-guidance scales
 SCALING_NS = (1, 2, 4, 8, 16, 32, 64)
 CLAIM_NS = (1, 4, 12)
@@ -692,8 +692,9 @@ BACKBONE_LABELS = {"transformer": "Transformer", "unet": "U-Net"}
 PLAN_FLOP = {"transformer": FLOP_PER_PLAN, "unet": UNET_FLOP_PER_PLAN}
 
 
-def _weights(grid: str) -> tuple[float, ...]:
-    return tuple(float(w) for w in grid.split(","))
+def _weights(grid) -> tuple[float, ...]:
+    """A grid of weights or scales: a tuple, or the comma-separated text of a preset."""
+    return tuple(float(w) for w in (grid.split(",") if isinstance(grid, str) else grid))
 
 
 def _cg_scales(config) -> tuple[float, ...]:
@@ -708,12 +709,13 @@ class Config:
                                                      "trained by the same script on the same data and steps"))
     candidates: int = param(12, Int(1, 64, "Candidates N (MCSS)", help="plans sampled per replanning moment; "
                                                                      "N = 1 is the unconditional planner"))
-    cfg_weights: str = param("1,2,4", Choice(W_GRIDS, "CFG weights w", help="classifier-free guidance strengths "
-                                                                          "compared with MCSS"))
+    cfg_weights: tuple = param((1, 2, 4), Multi(CFG_WEIGHTS, "CFG weights w",
+                                                 help="classifier-free guidance strengths compared with MCSS (w = 0 "
+                                                      "is unguided); at least one other than 0"))
     cg_scales: str = param("off", Choice(CG_GRIDS, "Classifier guidance scales s",
                                          help="also run classifier guidance: one unconditional plan steered along "
-                                              "the critic's value gradient at each DDIM step (scale s); off by "
-                                              "default"))
+                                              "the gradient of a value network trained on noisy plans, at each DDIM "
+                                              "step (scale s); off by default"))
     ddim_steps: int = param(5, Int(2, 20, "DDIM steps S"))
     replan: int = param(20, Int(5, 50, "Replanning interval (env steps)", step=5))
     episodes: int = param(16, Int(8, 64, "Episodes per variant", step=8))
@@ -727,6 +729,8 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
     def __post_init__(self):
+        if not any(_weights(self.cfg_weights)):
+            raise ValueError("choose at least one CFG weight other than 0 (w = 0 is unguided sampling, not guidance)")
         est = estimated_gflop(self)
         if est > COST_CAP_GFLOP:
             raise ValueError(f"estimated cost {est:.0f} GFLOP exceeds the cap of {COST_CAP_GFLOP:.0f} GFLOP; "
@@ -783,7 +787,7 @@ def estimated_gflop(config: Config) -> float:
         return sum(config.episodes * n_replans * nfe_per_decision(v, config.ddim_steps)
                    * (PLAN_FLOP[v.backbone] + (GUIDE_GRAD_FLOP if v.kind == "cg" else 0.0)) for v in vs) / 1e9
 
-    # every grid in W_GRIDS has a nonzero weight (run() tunes the k-plan arms over those)
+    # the Config asks for a nonzero weight (run() tunes the k-plan arms over those)
     return gflop(_variants(config)) + max(gflop(_second_pass(config, w)) for w in _weights(config.cfg_weights) if w)
 
 
@@ -954,7 +958,8 @@ def claims(result: Result) -> list[Claim]:
               "the guidance weight is tuned.",
               measured=m["mcss_minus_best_cfg"], op=">=", threshold=-0.05, label="success(MCSS) − max_w success(CFG)",
               fmt=".2f", detail=f"best CFG here: {result.best_cfg} with {m['success_best_cfg']:.2f} "
-                                f"(grid {c.cfg_weights}); binomial s.e. ≈ {0.5 / math.sqrt(e):.2f}"),
+                                f"(grid {', '.join(f'{w:g}' for w in _weights(c.cfg_weights))}); binomial s.e. ≈ "
+                                f"{0.5 / math.sqrt(e):.2f}"),
         Claim("More candidates help: success does not drop from N = 1 to 4 to 12 (0.05 slack)…",
               measured=m["scaling_monotone_gap"], op=">=", threshold=-0.05,
               label="min step in success along N = 1, 4, 12", fmt=".2f",
