@@ -6,6 +6,7 @@ import streamlit as st
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import icl_ar_ntp as eng
+from engine.core import Int
 
 SLUG = "icl-ar-ntp"
 
@@ -74,9 +75,21 @@ if not live:
         fig.add_trace(go.Scatter(x=ks, y=arr.mean(0), name=lab, mode="lines+markers",
                                  line=dict(color=charts.COLORS[i], dash="dot" if i >= 2 else None),
                                  error_y=dict(type="data", array=arr.std(0)) if i < 2 else None))
+    # the same unseen-topic error after fewer prompt tokens: how much of the prompt the model uses, per K
+    t_shown = state.bind_view(SLUG, "prompt_t", Int(1, eng.T_SHIP - 1, "Also show the unseen error after t prompt tokens",
+                                                    help="a view setting: adds the unseen-topic error at prompt "
+                                                         "position t (the curves above end at the last position)"),
+                              default=1)
+    at_t = res.grid_curves_unseen[:, :, t_shown - 1]
+    fig.add_trace(go.Scatter(x=ks, y=at_t.mean(0), name=f"transformer, unseen topics, after t = {t_shown}",
+                             mode="lines+markers", line=dict(color=charts.COLORS[4], dash="dash"),
+                             error_y=dict(type="data", array=at_t.std(0))))
     fig.update_xaxes(type="log", title="K topics")
     fig.update_yaxes(title="next-token MSE / dim")
     charts.show(charts.themed(fig, height=380), key="icl-vs-k")
+    download.download_csv(pd.DataFrame({"K": ks, **{f"unseen_t{t + 1}_mean": res.grid_curves_unseen[:, :, t].mean(0)
+                                                    for t in range(res.grid_curves_unseen.shape[2])}}),
+                          "icl_unseen_error_by_prompt_position.csv", key="dl-icl-by-position")
 
     # --- 3. gap, bound-term shapes and the numeric bound --------------------------------------------
     st.subheader("Generalization gap and the shapes of the bound's terms")
