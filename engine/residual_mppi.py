@@ -35,6 +35,9 @@ RHO = 0.4
 VARIANTS = ("Prior", "Residual-MPPI", "Greedy-MPPI", "Guided-MPPI")
 
 
+MAX_SAMPLE_STEPS = 4096 * 40     # samples K × horizon H: the planner's work per step grows with both
+
+
 @dataclass(frozen=True)
 class Config:
     addon: str = param("obstacle", Choice(("obstacle", "stay_low", "speed_limit"), "Add-on task", widget="radio",
@@ -43,12 +46,12 @@ class Config:
                                      help="Weight of log π(a|s) in the planner's objective; ω·α = 0.1 matches theory"))
     lam: float = param(0.2, Float(0.001, 1.0, "Temperature λ", step=0.001, fmt="%.3f"))
     sigma: float = param(2.0, Float(0.05, 3.0, "Sampling std σ", step=0.05))
-    n_samples: int = param(1024, Choice((64, 128, 256, 512, 1024, 2048, 4096), "Samples K",
+    n_samples: int = param(1024, Choice((64, 128, 256, 512, 1024, 2048, 4096, 8192), "Samples K",
                                         widget="select_slider",
-                                        help="at most 4 096: with H = 40 and the few-shot model that already takes "
-                                             "about 19 s of CPU; 8 192 would pass the 30 s budget"))
-    horizon: int = param(25, Int(5, 40, "Horizon H", help="steps of each sampled control sequence; at most 40 for "
-                                                          "the same time budget"))
+                                        help=f"K × H is capped at {MAX_SAMPLE_STEPS:,} (8 192 samples up to H = 20, "
+                                             "4 096 up to H = 40, 2 048 up to H = 50) to stay inside the 30 s "
+                                             "budget"))
+    horizon: int = param(25, Int(5, 50, "Horizon H", help="steps of each sampled control sequence"))
     gamma: float = param(0.95, Float(0.8, 0.99, "Discount γ", step=0.01))
     c_obst: float = param(40.0, Float(0.0, 50.0, "Obstacle strength c_o", step=1.0))
     model: str = param("exact", Choice(("exact", "zero_shot", "few_shot"), "Dynamics model", widget="radio",
@@ -58,9 +61,17 @@ class Config:
     info_cost: bool = param(False, Bool("Information cost term", help="Adds λ Σ|ε|ᵀΣ⁻¹|U| (official default)"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
+    def __post_init__(self):
+        if self.n_samples * self.horizon > MAX_SAMPLE_STEPS:
+            raise ValueError(f"K × H = {self.n_samples * self.horizon:,} is over the cap of {MAX_SAMPLE_STEPS:,} "
+                             "(the planner's cost grows with both); use fewer samples or a shorter horizon")
 
-# largest widget setting (most samples, longest horizon, few-shot): 19 s CPU, measured 2026-12-03
-HEAVY_CONFIG = Config(n_samples=4096, horizon=40, model="few_shot", info_cost=True)
+
+# largest widget setting (most samples × horizon, few-shot): 19 s CPU at K = 4096, H = 40 measured 2026-12-03 under
+# load, 9.7 s on an idle machine 2026-12-05. K × H is capped at that product (MAX_SAMPLE_STEPS): 4096 × 50 took
+# 15.2 s and 8192 × 25 15.8 s idle, about 30 s under load, so neither is allowed; 8192 × 20 took 12.0 s (the slowest
+# allowed) and 2048 × 50 7.9 s
+HEAVY_CONFIG = Config(n_samples=8192, horizon=20, model="few_shot", info_cost=True)
 
 
 @dataclass
