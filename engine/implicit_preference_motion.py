@@ -45,15 +45,17 @@ GAP_CLIP = 50.0
 EVAL_REPS = 2
 
 
+SWEEP_MAX_DPO_STEPS = 400
+
+
 @dataclass(frozen=True)
 class Config:
     n_scenes: int = param(128, Int(16, 400, "Preference scenes M", step=16,
                                    help="training scenes whose reference rollouts are ranked"))
     k_samples: int = param(8, Int(4, 16, "Samples per scene K", help="reference rollouts ranked per scene"))
-    dpo_steps: int = param(150, Int(0, 400, "DPO steps", step=10,
-                                    help="many steps over-optimise the preference data; at most 400, since the "
-                                         "largest setting (400 scenes, 16 samples, baseline and sweep on) already "
-                                         "takes about 22 s of CPU and 600 steps would pass the 30 s budget"))
+    dpo_steps: int = param(150, Int(0, 600, "DPO steps", step=10,
+                                    help="many steps over-optimise the preference data; with the scaling sweep "
+                                         "on, at most 400 (the sweep retrains once per M)"))
     beta: float = param(0.1, Float(0.01, 1.0, "DPO β", step=0.01))
     event_weight: float = param(3.0, Float(0.0, 10.0, "Event feature weight", step=0.5,
                                            help="weight of the collision and off-road occupancy features"))
@@ -62,8 +64,14 @@ class Config:
                                     group="Advanced"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
+    def __post_init__(self):
+        if self.sweep and self.dpo_steps > SWEEP_MAX_DPO_STEPS:
+            raise ValueError(f"the scaling sweep retrains once per M: with it, use at most {SWEEP_MAX_DPO_STEPS} DPO "
+                             "steps (600 took 19 s on an idle machine, about twice that under load)")
 
-# largest widget setting (all sizes at max, baseline + sweep): 22 s CPU, measured 2026-12-03
+
+# largest widget setting (all sizes at max, baseline + sweep): 22 s CPU, measured 2026-12-03 under load. On an idle
+# machine 2026-12-05: 600 DPO steps without the sweep 8.6 s, with it 18.9 s (hence SWEEP_MAX_DPO_STEPS)
 HEAVY_CONFIG = Config(n_scenes=400, k_samples=16, dpo_steps=400, baseline=True, sweep=True)
 
 
