@@ -51,9 +51,9 @@ class Config:
     n_states: int = param(3, Int(2, 10, "States S"))
     n_actions: int = param(2, Int(2, 5, "Actions A"))
     horizon: int = param(3, Int(2, 6, "Horizon H"))
-    episodes: int = param(9_000, Int(2_000, 16_000, "Episodes K", step=1_000,
-                                     help="at most 16 000: 20 000 episodes of the largest MDPs with 16 seeds took "
-                                          "30 s here, past the 30 s budget"))
+    episodes: int = param(9_000, Int(1_000, 100_000, "Episodes K", step=1_000,
+                                     help="large K with large MDPs and many seeds is refused with a message "
+                                          "naming the K that fits (about 20 s of CPU at most)"))
     bonus: float = param(0.1, Float(0.01, 1.0, "Bonus multiplier c", step=0.01,
                                     help="Scales every confidence bonus; c = 1 is the theory's constant"))
     ref_mult: float = param(1.0, Float(0.1, 10.0, "Reference threshold multiplier", step=0.1,
@@ -65,11 +65,29 @@ class Config:
     def __post_init__(self):
         if self.family != "random" and abs(self.gap - self.gap2) < 0.03:
             raise ValueError("the two gaps must differ by at least 0.03")
+        est = estimated_seconds(self)
+        if est > WORK_LIMIT_S:
+            fits = int(WORK_LIMIT_S / est * self.episodes) // 1000 * 1000
+            raise ValueError(f"{self.episodes:,} episodes with S = {self.n_states}, A = {self.n_actions}, "
+                             f"H = {self.horizon} and {self.n_seeds} seeds would take about {est:.0f} s (limit "
+                             f"{WORK_LIMIT_S:.0f} s): use at most {max(fits, 1000):,} episodes, or smaller MDPs "
+                             "or fewer seeds")
 
 
-# largest widget setting (largest MDPs, most episodes and seeds): 21.7 s in-process on an idle machine, measured
-# 2026-12-03 (with a 20 000-episode maximum it took 30.3 s, over the 30 s budget, so the slider now stops at 16 000)
-HEAVY_CONFIG = Config(n_states=10, n_actions=5, horizon=6, episodes=16000, n_seeds=16, family="random")
+# Seconds on one core, fitted on 2026-12-05 (idle machine, every algorithm and both gaps in one batch): about
+# 0.13 ms per episode plus 0.23 µs per episode and unit of seeds × S × A × H (default sizes: 2.2 s for 16 000
+# episodes; S = 10, A = 5, H = 6: 6.2 s; 16 seeds: 2.9 s).
+WORK_LIMIT_S = 20.0
+
+
+def estimated_seconds(cfg) -> float:
+    return cfg.episodes * (0.13e-3 + 0.23e-6 * cfg.n_seeds * cfg.n_states * cfg.n_actions * cfg.horizon)
+
+
+# largest widget setting the work limit lets through: 100 000 episodes with 16 seeds (estimated 19.6 s) took 17.9 s
+# on an idle machine 2026-12-05; the largest MDPs with 16 000 episodes and 16 seeds (estimated 19.7 s) took 12.5 s
+# that day (21.7 s on 2026-12-03, when 20 000 episodes of them took 30.3 s, which the limit now refuses)
+HEAVY_CONFIG = Config(episodes=100_000, n_seeds=16)
 
 
 @dataclass

@@ -274,3 +274,12 @@ def test_ucb_advantage_matches_loop_reference(family, iota, N0):
     assert np.allclose(out[-1], counts[:, 1] / counts[:, 0])
     if iota == 1.0:
         assert np.all(counts[:, 1] > 0)
+
+
+def test_work_estimate_refuses_what_would_not_fit_and_names_the_episodes_that_do():
+    assert eng.estimated_seconds(eng.HEAVY_CONFIG) <= eng.WORK_LIMIT_S
+    eng.Config(episodes=100_000)                                   # the spec's largest K at the default sizes
+    with pytest.raises(ValueError, match=r"use at most [\d,]+ episodes") as e:
+        eng.Config(n_states=10, n_actions=5, horizon=6, n_seeds=16, episodes=100_000)
+    fits = int(str(e.value).split("at most ")[1].split(" episodes")[0].replace(",", ""))
+    eng.Config(n_states=10, n_actions=5, horizon=6, n_seeds=16, episodes=fits)   # the named K is accepted
