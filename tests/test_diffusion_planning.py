@@ -197,14 +197,15 @@ def test_classifier_guidance_makes_a_single_sample_goal_directed():
     goal far more often than the unguided sample, more so at a larger scale (up to s = 30; at s = 100 the plans leave
     the data and fail)."""
     bundle = eng.load_bundle()[0]
-    vs = [eng.Variant("unconditional", "uncond")] + [eng.Variant(f"CG s={s}", "cg", w=float(s)) for s in (1, 10, 100)]
+    vs = [eng.Variant("unconditional", "uncond")] + [eng.Variant(f"CG s={s}", "cg", w=float(s))
+                                                      for s in (1, 10, 30, 100)]
     vs.append(eng.Variant("MCSS N=12", "mcss", n=12))
     sim = eng.simulate(bundle, vs, episodes=64, ddim_steps=5, replan=20, seed=0)
-    u, c1, c10, c100, mc = (eng.success_rate(f) for f in sim["first"])
+    u, c1, c10, c30, c100, mc = (eng.success_rate(f) for f in sim["first"])
     assert c10 - u >= 0.3 and c1 < c10, (u, c1, c10)
     assert c100 < c10, (c10, c100)
-    # what the page's caveat says: one plan guided at s = 10 does almost as well as the best of 12 unguided plans
-    assert c10 >= mc - 0.1, (c10, mc)
+    # what the page's caveat says: one plan guided at s = 10-30 does almost as well as the best of 12 unguided plans
+    assert min(c10, c30) >= mc - 0.1, (c10, c30, mc)
 
 
 # ----------------------------------------------------------------------------- selection plumbing
