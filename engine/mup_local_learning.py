@@ -29,7 +29,9 @@ WIDTHS = (32, 64, 128, 256, 512)
 # the presets of the earlier single-choice widget, still read from old links
 WIDTH_SETS = {"32,256": (32, 256), "32,128": (32, 128), "32,512": (32, 512), "32,64,128,256": (32, 64, 128, 256),
               "32,128,512": (32, 128, 512)}
-PARAM_SETS = {"sp_mup": ("SP", "muP"), "all": ("SP", "muP", "muP-GN")}
+PARAMS = ("SP", "muP", "muP-GN")
+# the two presets of the earlier single-choice widget, still read from old links
+PARAM_SETS = {"sp_mup": ("SP", "muP"), "all": PARAMS}
 B_WIDTHS = (16, 64, 256, 1024, 4096)
 B_SCHEDULES = ("fixed γ = 1", "γ = M", "γ = 100·M")
 FLOP_BUDGET = 1.5e11  # the sweep runs fewer steps (with a note) when the requested setting needs more
@@ -52,26 +54,34 @@ class Config:
     inference_steps: int = param(2, Int(1, 20, "Inference steps T"))
     kappa: float = param(0.2, Float(0.05, 1.0, "Inference step size κ", step=0.05))
     gamma: float = param(1.0, Float(0.1, 10.0, "Output-loss weight γ", step=0.1))
-    params: str = param("sp_mup", Choice(tuple(PARAM_SETS), "Parameterisations", widget="radio",
-                                         labels=("SP and μP", "SP, μP and μP-GN (γ ∝ M)")))
+    params: tuple = param(("SP", "muP"), Multi(PARAMS, "Parameterisations", labels=("SP", "μP", "μP-GN (γ ∝ M)"),
+                                               aliases=tuple(PARAM_SETS.items()),
+                                               help="the transfer badges need μP (and SP for the one that says "
+                                                    "SP does not transfer); each one left out saves a third of "
+                                                    "the sweep"))
     batch: int = param(32, Choice((16, 32, 64), "Batch size", widget="select_slider", group="Advanced"))
     depth: int = param(3, Int(2, 4, "Layers L", group="Advanced"))
     cond: float = param(10.0, Float(1.0, 100.0, "Exp. B: condition number of the output layer", step=1.0))
     seed: int = param(0, Int(0, 9, "Seed"))
 
     def __post_init__(self):
-        if len(self.widths) < 2 or any(w not in WIDTHS for w in self.widths) or self.params not in PARAM_SETS:
+        # in the options' order, as a link writes it, so that equal choices make equal configs
+        if isinstance(self.params, str):
+            raise ValueError("params is a tuple of parameterisation names")
+        object.__setattr__(self, "params", tuple(p for p in PARAMS if p in self.params))
+        if len(self.widths) < 2 or any(w not in WIDTHS for w in self.widths) or not self.params \
+                or any(p not in PARAMS for p in self.params):
             raise ValueError("unknown width or parameterisation set")
         if self.lr_max - self.lr_min < 2:
             raise ValueError("the learning-rate grid needs at least three values")
         # the sweep shortens itself to FLOP_BUDGET but never below MIN_STEPS; past that it is refused
-        n_lanes = len(PARAM_SETS[self.params]) * (self.lr_max - self.lr_min + 1)
+        n_lanes = len(self.params) * (self.lr_max - self.lr_min + 1)
         shortest = flop_estimate(self, n_lanes) * MIN_STEPS / self.steps
         if shortest > MAX_FLOP:
             raise ValueError(f"even a {MIN_STEPS}-step sweep of this setting needs about {shortest / 1e9:.0f} GFLOP "
                              f"(at most {MAX_FLOP / 1e9:.0f}, about 15 s on a 2-core CPU): choose fewer inference "
                              "steps, a smaller width set, a narrower learning-rate range, fewer layers, a smaller "
-                             "batch, or only SP and μP")
+                             "batch, or fewer parameterisations")
 
 
 @dataclass
@@ -206,7 +216,7 @@ def flop_estimate(cfg: Config, n_lanes: int) -> float:
 
 # largest setting the MAX_FLOP guard lets through (widest width set, full lr grid, every parameterisation,
 # largest batch and depth, 3 inference steps; the sweep shortens itself to 10 steps): 17.7 s CPU, measured 2026-12-03
-HEAVY_CONFIG = Config(widths=(32, 128, 512), lr_min=-8, lr_max=7, steps=300, inference_steps=3, params="all",
+HEAVY_CONFIG = Config(widths=(32, 128, 512), lr_min=-8, lr_max=7, steps=300, inference_steps=3, params=PARAMS,
                       batch=64, depth=4)
 
 
@@ -216,7 +226,7 @@ def sweep(cfg: Config, steps: int, progress=None):
     act, dact = _tanh()
     X, Y = digits_regression()
     Xt, Yt = torch.as_tensor(X), torch.as_tensor(Y)
-    params = PARAM_SETS[cfg.params]
+    params = tuple(p for p in PARAMS if p in cfg.params)
     lrs = 2.0 ** np.arange(cfg.lr_min, cfg.lr_max + 1)
     widths = tuple(sorted(cfg.widths))
     n_lanes = len(params) * len(lrs)
@@ -329,7 +339,7 @@ def run(config: Config, progress=None) -> Result:
     if config.lr_max <= config.lr_min + 1:
         raise InputError("choose a learning-rate range with at least three values")
     notes = []
-    n_lanes = len(PARAM_SETS[config.params]) * (config.lr_max - config.lr_min + 1)
+    n_lanes = len(config.params) * (config.lr_max - config.lr_min + 1)
     est = flop_estimate(config, n_lanes)
     steps = config.steps
     if est > FLOP_BUDGET:
@@ -381,7 +391,18 @@ def run(config: Config, progress=None) -> Result:
                   b_cos_fo=cos_fo, b_cos_gn=cos_gn, b_cos_fo_gn=fo_gn, metrics=m, notes=notes)
 
 
+def unmeasured(result: Result) -> list[str]:
+    """The transfer claims this run cannot measure because their parameterisation was left out."""
+    out = []
+    if "muP" not in result.param_names:
+        out.append("μP's three transfer claims (regret, lr* shift, wider is better)")
+    if "SP" not in result.param_names:
+        out.append("SP's 'does not transfer' claim")
+    return out
+
+
 def claims(result: Result) -> list[Claim]:
+    """The sweep's transfer claims for each parameterisation that ran, then the linear study's (always run)."""
     m = result.metrics
     w0, w1 = int(result.widths[0]), int(result.widths[-1])
 
@@ -389,22 +410,27 @@ def claims(result: Result) -> list[Claim]:
         r = m[f"{name}_regret"]
         return "the transferred learning rate diverged" if r >= REGRET_CAP else f"regret {r:.2f}"
 
-    shift = m["muP_shift"]
-    return [
-        Claim(f"Under μP the best learning rate found at width {w0} is still (nearly) the best at width {w1}…",
-              measured=m["muP_regret"], op="<=", threshold=1.25, label=f"μP transfer regret {w0}→{w1}",
-              detail=f"lr* shift {shift:+.0f} octaves" if math.isfinite(shift) else "no stable lr found"),
-        Claim("…with its optimum moving by at most one octave…",
-              measured=abs(shift) if math.isfinite(shift) else float("inf"), op="<=", threshold=1.0,
-              label="|μP lr* shift| (octaves)", fmt=".0f"),
-        Claim("…while under the standard parameterisation it does not transfer.",
-              measured=m["SP_regret"], op=">=", threshold=2.0, label=f"SP transfer regret {w0}→{w1}",
-              detail=regret_text("SP") + (f", lr* shift {m['SP_shift']:+.0f} octaves"
-                                          if math.isfinite(m["SP_shift"]) else "")),
-        Claim("Under μP, wider is better at the transferred learning rate.",
-              measured=m["muP_transfer_loss_large"] - m["muP_loss_small"], op="<", threshold=0.0,
-              label=f"loss(width {w1}) − loss(width {w0}) at lr*({w0})", fmt=".3f",
-              detail=f"{m['muP_transfer_loss_large']:.3f} vs {m['muP_loss_small']:.3f}"),
+    out = []
+    if "muP" in result.param_names:
+        shift = m["muP_shift"]
+        out += [
+            Claim(f"Under μP the best learning rate found at width {w0} is still (nearly) the best at width {w1}…",
+                  measured=m["muP_regret"], op="<=", threshold=1.25, label=f"μP transfer regret {w0}→{w1}",
+                  detail=f"lr* shift {shift:+.0f} octaves" if math.isfinite(shift) else "no stable lr found"),
+            Claim("…with its optimum moving by at most one octave.",
+                  measured=abs(shift) if math.isfinite(shift) else float("inf"), op="<=", threshold=1.0,
+                  label="|μP lr* shift| (octaves)", fmt=".0f"),
+            Claim("Under μP, wider is better at the transferred learning rate.",
+                  measured=m["muP_transfer_loss_large"] - m["muP_loss_small"], op="<", threshold=0.0,
+                  label=f"loss(width {w1}) − loss(width {w0}) at lr*({w0})", fmt=".3f",
+                  detail=f"{m['muP_transfer_loss_large']:.3f} vs {m['muP_loss_small']:.3f}"),
+        ]
+    if "SP" in result.param_names:
+        out.append(Claim("Under the standard parameterisation the learning rate does not transfer.",
+                         measured=m["SP_regret"], op=">=", threshold=2.0, label=f"SP transfer regret {w0}→{w1}",
+                         detail=regret_text("SP") + (f", lr* shift {m['SP_shift']:+.0f} octaves"
+                                                     if math.isfinite(m["SP_shift"]) else "")))
+    return out + [
         Claim("Linear net, μP with fixed γ: as width grows the PC update becomes the first-order gradient.",
               measured=m["b_mup_fixed_cos_fo_min"], op=">=", threshold=0.999,
               label="min cos(PC, first-order), M ≥ 64", fmt=".4f"),

@@ -35,6 +35,10 @@ res = run_or_stop("engine.mup_local_learning", cfg, label="Training PC networks"
 for note in res.notes:
     st.warning(note, icon=":material/timer:")
 layout.claims_panel(eng.claims(res))
+if eng.unmeasured(res):
+    st.info("Not measured on this run, because its parameterisation is not among the chosen ones: "
+            + "; ".join(eng.unmeasured(res)) + ". Tick it under Parameterisations to see it.",
+            icon=":material/info:")
 
 # 1. loss vs learning rate per parameterisation
 log_lr = np.log2(res.lrs)
@@ -65,18 +69,20 @@ with c1:
                              title="Best learning rate vs width", xlabel="width M", ylabel="log₂ lr*",
                              log_x=True, mode="lines+markers"), key="lrstar")
 with c2:
-    i_mup = res.param_names.index("muP")
-    series = {f"width {w}": np.where(np.isfinite(res.curves[i_mup, j]), res.curves[i_mup, j], np.nan)
+    # the training curves of μP when it ran, else of the first chosen parameterisation
+    curve_p = "muP" if "muP" in res.param_names else res.param_names[0]
+    i_cur = res.param_names.index(curve_p)
+    series = {f"width {w}": np.where(np.isfinite(res.curves[i_cur, j]), res.curves[i_cur, j], np.nan)
               for j, w in enumerate(res.widths)}
-    charts.show(charts.lines(res.curve_steps, series, title="μP: training loss at the learning rate tuned at "
-                             f"width {int(res.widths[0])}", xlabel="PC step", ylabel="loss", log_y=True,
-                             mode="lines+markers"), key="curves")
+    charts.show(charts.lines(res.curve_steps, series, title=f"{NAMES[curve_p]}: training loss at the learning "
+                             f"rate tuned at width {int(res.widths[0])}", xlabel="PC step", ylabel="loss",
+                             log_y=True, mode="lines+markers"), key="curves")
 download.download_csv(pd.DataFrame({"param": np.repeat(res.param_names, len(res.widths)),
                                     "width": np.tile(res.widths, len(res.param_names)),
                                     "lr_star": res.lr_star.ravel()}), "mup_lr_star.csv",
                       label="Download lr* per width (CSV)")
-download.download_csv(pd.DataFrame({"step": res.curve_steps, **series}), "mup_muP_training_curves.csv",
-                      label="Download the μP training curves (CSV)", key="dl-mup-curves")
+download.download_csv(pd.DataFrame({"step": res.curve_steps, **series}), f"mup_{curve_p}_training_curves.csv",
+                      label=f"Download the {NAMES[curve_p]} training curves (CSV)", key="dl-mup-curves")
 
 # 3. experiment B
 c3, c4 = st.columns(2)

@@ -248,3 +248,18 @@ def test_work_guard_refuses_the_slowest_corner():
     assert eng.estimated_seconds(eng.HEAVY_CONFIG) <= eng.WORK_LIMIT_S
     assert eng.estimated_seconds(eng.Config(n0=300)) > eng.estimated_seconds(eng.Config())
     assert eng.estimated_seconds(eng.Config(dt=0.1)) > eng.estimated_seconds(eng.Config(dt=0.5))
+
+
+def test_work_guard_on_the_spec_iteration_ranges():
+    # the spec's top values (400 stage-1, 200 joint iterations) are reachable at moderate sizes ...
+    eng.Config(n0=150, iters=400, dt=0.5, stochastic=True, iters3=100)
+    eng.Config(n0=150, iters=40, stochastic=True, iters3=200)
+    # ... refused where the measured per-iteration costs add up past the limit
+    with pytest.raises(ValueError, match="fewer iterations"):
+        eng.Config(n0=400, iters=40, stochastic=True, iters3=200)
+    with pytest.raises(ValueError, match="fewer iterations"):
+        eng.Config(n0=300, iters=400, dt=0.25)
+    # joint iterations only cost when the stochastic refinement is on
+    assert eng.estimated_seconds(eng.Config(iters3=200)) == eng.estimated_seconds(eng.Config(iters3=30))
+    assert eng.estimated_seconds(eng.Config(stochastic=True, iters3=200)) > \
+        eng.estimated_seconds(eng.Config(stochastic=True, iters3=30)) + 3

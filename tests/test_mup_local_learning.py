@@ -87,10 +87,32 @@ def test_step_clamp_keeps_budget():
 def test_guard_refuses_settings_whose_shortest_sweep_is_over_the_limit():
     # every slider at its top: even the 10-step sweep needed ~2.4 TFLOP (47 s measured on a 2-core CPU)
     with pytest.raises(ValueError, match="fewer inference steps"):
-        eng.Config(widths=eng.WIDTHS, lr_min=-8, lr_max=7, steps=300, inference_steps=20, params="all",
+        eng.Config(widths=eng.WIDTHS, lr_min=-8, lr_max=7, steps=300, inference_steps=20, params=eng.PARAMS,
                    batch=64, depth=4)
     heavy = eng.HEAVY_CONFIG
-    lanes = len(eng.PARAM_SETS[heavy.params]) * (heavy.lr_max - heavy.lr_min + 1)
+    lanes = len(heavy.params) * (heavy.lr_max - heavy.lr_min + 1)
     shortest = eng.flop_estimate(heavy, lanes) * eng.MIN_STEPS / heavy.steps
     assert eng.FLOP_BUDGET < shortest <= eng.MAX_FLOP   # the heavy setting is shortened, and still accepted
     eng.Config(inference_steps=20, steps=300)   # long but shortened to the budget: accepted
+
+
+def test_parameterisations_are_ticked_one_by_one_and_old_links_still_read():
+    from engine.core.params import from_query, to_query
+
+    for old, value in (("sp_mup", ("SP", "muP")), ("all", eng.PARAMS)):
+        cfg, notices = from_query(eng.Config, {"params": old})
+        assert cfg.params == value and not notices
+    cfg = eng.Config(params=("muP-GN", "SP"))
+    assert from_query(eng.Config, to_query(cfg))[0] == cfg
+
+
+def test_claims_follow_the_parameterisations_that_ran():
+    # a short run of μP-GN alone: the sweep has only its lanes; no transfer claim is made for SP or μP, and the
+    # page is told which ones are missing; the linear-study claims stay
+    res = eng.run(eng.Config(widths=(32, 64), params=("muP-GN",), steps=20, lr_min=-2, lr_max=1))
+    assert list(res.param_names) == ["muP-GN"] and res.final_loss.shape[0] == 1
+    labels = [c.label for c in eng.claims(res)]
+    assert not any("transfer" in lab or "lr* shift" in lab for lab in labels), labels
+    assert len(eng.unmeasured(res)) == 2 and len(labels) == 4
+    full = eng.claims(eng.run(eng.Config(widths=(32, 64), params=eng.PARAMS, steps=20, lr_min=-2, lr_max=1)))
+    assert len(full) == 8
