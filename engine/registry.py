@@ -209,8 +209,8 @@ PAPERS: list[Paper] = [
           page="pages/qnn_ansatz.py", module="engine.qnn_ansatz"),
     Paper("mup-local-learning", "Local Loss Optimization in the Infinite Width: Stable Parameterization of "
           "Predictive Coding Networks and Target Propagation", T,
-          "Under muP the best learning rate of predictive coding and target propagation transfers "
-          "across widths.", arxiv="2411.02001",
+          "Under muP the best learning rate of predictive coding transfers across widths (the paper "
+          "also treats target propagation; the page does not).", arxiv="2411.02001",
           page="pages/mup_local_learning.py", module="engine.mup_local_learning"),
     Paper("moe-continual", "Theory on Mixture-of-Experts in Continual Learning", T,
           "A gated mixture of linear experts forgets less than one expert, provided gating updates "

@@ -36,8 +36,8 @@ for note in res.notes:
     st.warning(note, icon=":material/timer:")
 layout.claims_panel(eng.claims(res))
 if eng.unmeasured(res):
-    st.info("Not measured on this run, because its parameterisation is not among the chosen ones: "
-            + "; ".join(eng.unmeasured(res)) + ". Tick it under Parameterisations to see it.",
+    st.info("Not measured on this run, because the parameterisation they need was not chosen: "
+            + "; ".join(eng.unmeasured(res)) + ". Add it under Parameterisations (sidebar) to measure them.",
             icon=":material/info:")
 
 # 1. loss vs learning rate per parameterisation
