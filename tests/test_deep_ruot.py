@@ -118,6 +118,18 @@ def test_model_coupling_agrees_with_pot_uot(default_result):
     cross_uot = T["POT unbalanced Sinkhorn t0→t1"][0, 1] + T["POT unbalanced Sinkhorn t0→t1"][1, 0]
     assert abs(cross_model - cross_uot) < 0.05
     assert abs(T["balanced baseline"][1, 0] - T["POT exact OT t0→t3"][1, 0]) < 0.08
+    # the spec's static reference over the whole span: its soft marginal penalty still lets B's mass reach A,
+    # less of it than the balanced plan sends (computed here with POT directly, not through the engine's helper)
+    import ot
+
+    snaps = default_result.snapshots
+    n0 = len(snaps[0])
+    C = ot.dist(snaps[0], snaps[-1])
+    P = ot.unbalanced.sinkhorn_unbalanced(np.full(n0, 1 / n0), np.full(len(snaps[-1]), 1 / n0), C / np.median(C),
+                                          0.05, 1.0, numItermax=3000)
+    ba = P[np.ix_(snaps[0][:, 0] >= 0, snaps[-1][:, 0] < 0)].sum() / P.sum()
+    assert T["POT unbalanced Sinkhorn t0→t3"][1, 0] == pytest.approx(ba, abs=1e-6)
+    assert T["DeepRUOT"][1, 0] < 0.05 < ba < T["POT exact OT t0→t3"][1, 0]
 
 
 def test_action_of_straight_constant_speed_motion():
@@ -219,7 +231,7 @@ def test_checkpoint_matches_live_training(default_result):
         assert ck[k] == pytest.approx(lv[k], abs=0.03), k
     assert set(live.losses) == set(default_result.losses)
     for k, v in live.losses.items():
-        assert len(v) == len(default_result.losses[k]) == 50
+        assert len(v) == len(default_result.losses[k]) == eng.Config().iters + eng.Config().iters // 4
         assert default_result.losses[k][-1] == pytest.approx(v[-1], rel=0.1, abs=1e-3), k
     # the checkpoint only stands in for training: the evaluation is recomputed on the regenerated data
     np.testing.assert_allclose(default_result.snapshots[0], live.snapshots[0])
