@@ -491,10 +491,10 @@ class Config:
                                               "or trained live)"))
     variant: str = param("standard", Choice(VARIANTS, "Environment of the rendered episode",
                                             help="Evaluation always covers all variants"))
-    episodes: int = param(128, Int(64, 512, "Evaluation episodes per agent and variant", step=64))
+    episodes: int = param(256, Int(64, 512, "Evaluation episodes per agent and variant", step=64))
     live: bool = param(False, Bool("Train from scratch (live)",
                                    help="Train the rendered agent now instead of loading the shipped checkpoint"))
-    live_steps: int = param(10_000, Int(5_000, 60_000, "Live training steps", step=5_000, group="Live training"))
+    live_steps: int = param(30_000, Int(5_000, 60_000, "Live training steps", step=5_000, group="Live training"))
     blend_ent: float = param(0.01, Float(0.0, 0.1, "Blend-entropy coefficient", step=0.01,
                                          group="Live training", help="Bonus on the entropy of (β_n, β_l)"))
     seed: int = param(0, Int(0, 9, "Seed"))

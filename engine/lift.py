@@ -24,6 +24,7 @@ from engine.core.progress import report
 DX, DH, DY, SIGMA_Y = 8, 16, 4, 0.1
 N_TEST, N_QUERY, K_MAX = 50, 50, 30
 MAP_STEPS, MAP_LR = 800, 0.08
+ELLIPSE_SIGMAS, ELLIPSE_POINTS = (1.0, 2.0), 73   # contours drawn around each mixture component in the PCA plot
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,10 @@ class Config:
     burn: int = param(500, Int(100, 2000, "Burn-in", step=100, group="Advanced"))
     step: float = param(1e-4, Choice((1e-5, 3e-5, 1e-4, 2e-4, 3e-4), "SGLD step ε", widget="select_slider",
                                      group="Advanced"))
-    task_frac: float = param(1.0, Choice((0.1, 0.25, 0.5, 1.0), "Share of tasks updated per step",
-                                         widget="select_slider", group="Advanced"))
+    tasks_per_step: int = param(100, Int(1, 100, "Tasks updated per step", group="Advanced",
+                                         help="how many training tasks (drawn at random, without repeats) get a "
+                                              "Langevin step before each draw of φ; any value of N or more "
+                                              "updates all N tasks every step"))
     shot_sweep: bool = param(False, Bool("Full shot sweep (k = 1, 3, 10, 30)"))
     adapter: str = param("lora", Choice(("lora", "linear"), "Adapter", widget="radio",
                                         labels=("LoRA: A and B sampled", "linear: A frozen, B sampled"),
@@ -54,7 +57,7 @@ class Config:
 
 # largest widget setting (all at max, shot sweep; default step diverges): 1.8 s CPU, measured 2026-12-05 (100 examples per task)
 HEAVY_CONFIG = Config(shots=30, n_tasks=100, n_examples=100, rank=4, components=5, iters=5000, burn=2000,
-                      task_frac=1.0, shot_sweep=True, step=1e-05)
+                      tasks_per_step=100, shot_sweep=True, step=1e-05)
 
 
 @dataclass
@@ -72,6 +75,9 @@ class Result:
     pca_true: np.ndarray
     pca_means: np.ndarray
     mix_weights: np.ndarray
+    # [M, len(ELLIPSE_SIGMAS), ELLIPSE_POINTS, 2]: each component's prior covariance diag(v_m) + β² I projected
+    # onto the two principal axes, as closed k-σ contours around the projected mean
+    pca_ellipses: np.ndarray
     metrics: dict[str, float] = field(default_factory=dict)
     # linear adapter only: per coordinate of φ_B (DY·r), the chain's mean / variance and the exact posterior's
     exact: dict[str, np.ndarray] = field(default_factory=dict)
@@ -123,12 +129,14 @@ class LoraFamily:
         return ll, np.concatenate([gA.reshape(len(th), -1), gB.reshape(len(th), -1)], axis=1)
 
 
-def sgld_gibbs(loglik_grad, theta0, n_tasks, beta, sigma_phi, eps, iters, burn, warm, thin, task_frac, rng,
+def sgld_gibbs(loglik_grad, theta0, n_tasks, beta, sigma_phi, eps, iters, burn, warm, thin, tasks_per_step, rng,
                progress=None, freeze=None):
     """SGLD for the visited tasks' θ_i, exact Gibbs draw for φ through the running sum J = Σ_i θ_i.
 
-    loglik_grad(idx, theta_subset) -> (ll [len(idx)], grad [len(idx), P]). ``freeze`` (bool [P]) marks
-    coordinates that are held fixed (the linear-adapter mode). Returns φ samples, the final θ's and a trace.
+    Each step visits min(tasks_per_step, n_tasks) distinct tasks, drawn at random (all of them, in order and
+    without touching ``rng``, when that is every task). loglik_grad(idx, theta_subset) -> (ll [len(idx)],
+    grad [len(idx), P]). ``freeze`` (bool [P]) marks coordinates that are held fixed (the linear-adapter mode).
+    Returns φ samples, the final θ's and a trace.
     """
     P = theta0.shape[0]
     live = np.ones(P) if freeze is None else (~freeze).astype(float)
@@ -137,7 +145,9 @@ def sgld_gibbs(loglik_grad, theta0, n_tasks, beta, sigma_phi, eps, iters, burn, 
     v = 1.0 / (1.0 / sigma_phi**2 + n_tasks / beta**2)
     phi = v * J / beta**2
     samples, tr_it, tr_ll, tr_sp = [], [], [], []
-    m = max(1, int(round(task_frac * n_tasks)))
+    if int(tasks_per_step) < 1:
+        raise ValueError(f"tasks_per_step must be at least 1, got {tasks_per_step}")
+    m = min(int(tasks_per_step), n_tasks)
     total = warm + iters
     for t in range(total):
         if not np.all(np.isfinite(theta[:1])):
@@ -242,10 +252,45 @@ def map_finetune(loglik_grad, start, prior=None, steps=MAP_STEPS, lr=MAP_LR):
 
 
 # ----------------------------------------------------------------------------- experiment
-def _pca2(X):
-    mu = X.mean(0)
-    _, _, Vt = np.linalg.svd(X - mu, full_matrices=False)
-    return lambda Z: (Z - mu) @ Vt[:2].T
+def pca_basis(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Centre of the rows of X and its two leading principal directions, as the columns of a [P, 2] matrix with
+    orthonormal columns; a point z maps to (z − centre) @ basis."""
+    centre = X.mean(0)
+    _, _, Vt = np.linalg.svd(X - centre, full_matrices=False)
+    return centre, Vt[:2].T
+
+
+def project_gaussian(mean: np.ndarray, var: np.ndarray, centre: np.ndarray,
+                     basis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of the 2-D image of N(mean, diag var) under z ↦ (z − centre) @ basis.
+
+    The map is affine, so the image is Gaussian with mean (mean − centre) @ basis and covariance
+    basisᵀ diag(var) basis (a 2×2 matrix)."""
+    return (mean - centre) @ basis, basis.T @ (var[:, None] * basis)
+
+
+def ellipse_points(mean: np.ndarray, cov: np.ndarray, k: float, n: int = ELLIPSE_POINTS) -> np.ndarray:
+    """n points [n, 2] on the closed curve (x − mean)ᵀ cov⁻¹ (x − mean) = k² (the k-σ contour of a 2-D Gaussian);
+    the last point repeats the first, so a line through them closes.
+
+    With cov = V diag(w) Vᵀ, the points x = mean + k V diag(√w) (cos t, sin t) satisfy the equation for every t."""
+    w, V = np.linalg.eigh(np.asarray(cov, float))
+    t = np.linspace(0.0, 2 * np.pi, n)
+    unit = np.stack([np.cos(t), np.sin(t)], axis=1)
+    pts = np.asarray(mean, float) + k * (unit * np.sqrt(np.maximum(w, 0.0))) @ V.T
+    pts[-1] = pts[0]                                     # exact closure (cos 2π, sin 2π are off by rounding)
+    return pts
+
+
+def mixture_ellipses(pi: np.ndarray, mu: np.ndarray, var: np.ndarray, centre: np.ndarray, basis: np.ndarray,
+                     sigmas=ELLIPSE_SIGMAS, n: int = ELLIPSE_POINTS) -> np.ndarray:
+    """k-σ contours [M, len(sigmas), n, 2] of each mixture component N(mu_m, diag var_m), projected by the basis."""
+    out = np.empty((len(pi), len(sigmas), n, 2))
+    for m in range(len(pi)):
+        c_mean, c_cov = project_gaussian(mu[m], var[m], centre, basis)
+        for j, k in enumerate(sigmas):
+            out[m, j] = ellipse_points(c_mean, c_cov, k, n)
+    return out
 
 
 def exact_linear_posterior(fam: LoraFamily, A0: np.ndarray, H: np.ndarray, Y: np.ndarray, beta: float,
@@ -300,7 +345,7 @@ def run(config: Config, progress=None) -> Result:
         samples, theta_tasks, (tr_it, tr_ll, tr_sp) = sgld_gibbs(
             lambda idx, th: fam.loglik_grad(th, tuple(a[idx] for a in tr_stats)), theta0, N, config.beta, config.sigma_phi,
             config.step, config.iters, min(config.burn, config.iters - 50), warm=300, thin=5,
-            task_frac=config.task_frac, rng=rng, progress=_span(progress, 0.0, 0.6), freeze=freeze)
+            tasks_per_step=config.tasks_per_step, rng=rng, progress=_span(progress, 0.0, 0.6), freeze=freeze)
     if len(samples) == 0 or not (np.all(np.isfinite(samples)) and np.all(np.isfinite(theta_tasks))
             and np.abs(samples).max() < 1e3):
         raise InputError("The SGLD chain diverged (the step ε is too large for this much data per task). "
@@ -363,7 +408,13 @@ def run(config: Config, progress=None) -> Result:
     Ai, Bi = fam.split(theta0)
     rel_start = float(np.linalg.norm(Bi @ Ai - dW_true) / np.linalg.norm(dW_true))
 
-    proj = _pca2(np.vstack([samples, theta_tasks]))
+    centre, basis = pca_basis(np.vstack([samples, theta_tasks]))
+
+    def proj(Z):
+        return (Z - centre) @ basis
+
+    # the ellipses use the covariance of the prior a new task is fine-tuned under (φ integrated out): diag(v_m) + β² I
+    ellipses = mixture_ellipses(gmm.pi, gmm.mu, gmm.v + b2, centre, basis)
     r3 = fits[("LiFT", k)].mean() / fits[("independent", k)].mean()
     r30 = fits[("LiFT", 30)].mean() / fits[("independent", 30)].mean()
     metrics = {
@@ -382,7 +433,7 @@ def run(config: Config, progress=None) -> Result:
                   mse_vs_shots={a: np.array(b) for a, b in mse_vs.items()}, trace_iter=tr_it, trace_loglik=tr_ll,
                   trace_spread=tr_sp, burn=min(config.burn, config.iters - 50), pca_phi=proj(samples),
                   pca_theta=proj(theta_tasks), pca_true=proj(phi_true[None]), pca_means=proj(gmm.mu),
-                  mix_weights=gmm.pi, metrics=metrics, exact=exact)
+                  mix_weights=gmm.pi, pca_ellipses=ellipses, metrics=metrics, exact=exact)
 
 
 def _span(progress, a, b):

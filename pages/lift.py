@@ -77,15 +77,35 @@ for i in range(len(labels)):
 fig.add_trace(go.Scatter(x=res.pca_means[:, 0], y=res.pca_means[:, 1], mode="markers+text", name="mixture means",
                          text=[f"π={t}" if t else "" for t in labels], textposition="top center",
                          marker=dict(size=14, symbol="x", color=charts.COLORS[3])))
+# one legend entry per component (its 1σ and 2σ contours toggle together); heavier components are drawn bolder
+for m, w in enumerate(res.mix_weights):
+    for j in range(len(eng.ELLIPSE_SIGMAS)):
+        pts = res.pca_ellipses[m, j]
+        fig.add_trace(go.Scatter(x=pts[:, 0], y=pts[:, 1], mode="lines", legendgroup=f"ellipse-{m}",
+                                 name=f"prior of component {m + 1} (π={w:.2f})", showlegend=j == 0,
+                                 opacity=0.25 + 0.7 * float(w), hoverinfo="name",
+                                 line=dict(color=charts.COLORS[3], width=1 + 3 * float(w),
+                                           dash="solid" if j == 0 else "dot")))
 fig.update_xaxes(title="PC 1")
-fig.update_yaxes(title="PC 2")
-charts.show(charts.themed(fig, "The learned prior in adapter space (2-D PCA)", 400), key="pca")
+fig.update_yaxes(title="PC 2", scaleanchor="x", scaleratio=1)
+charts.show(charts.themed(fig, "The learned prior in adapter space (2-D PCA)", 420), key="pca")
+st.caption("Each mixture component's prior for a new task, N(μ_m, diag v_m + β² I) with φ integrated out, is "
+           "projected onto the plot's two principal axes and drawn as its 1σ (solid) and 2σ (dotted) contour; "
+           "line width and opacity grow with the component's weight π_m. Both axes share one scale, so the "
+           "shapes are not distorted.")
+ell_kind = [f"ellipse_{k:g}sigma_component_{m + 1}" for m in range(len(res.mix_weights))
+            for k in eng.ELLIPSE_SIGMAS for _ in range(res.pca_ellipses.shape[2])]
+ell = res.pca_ellipses.reshape(-1, 2)
 download.download_csv(pd.DataFrame({"kind": ["theta"] * len(res.pca_theta) + ["phi"] * len(res.pca_phi)
-                                    + ["mixture_mean"] * len(res.pca_means),
-                                    "pc1": np.r_[res.pca_theta[:, 0], res.pca_phi[:, 0], res.pca_means[:, 0]],
-                                    "pc2": np.r_[res.pca_theta[:, 1], res.pca_phi[:, 1], res.pca_means[:, 1]],
+                                    + ["mixture_mean"] * len(res.pca_means) + ell_kind,
+                                    "pc1": np.r_[res.pca_theta[:, 0], res.pca_phi[:, 0], res.pca_means[:, 0],
+                                                 ell[:, 0]],
+                                    "pc2": np.r_[res.pca_theta[:, 1], res.pca_phi[:, 1], res.pca_means[:, 1],
+                                                 ell[:, 1]],
                                     "mix_weight": np.r_[np.full(len(res.pca_theta) + len(res.pca_phi), np.nan),
-                                                        res.mix_weights]}), "lift_pca.csv")
+                                                        res.mix_weights,
+                                                        np.repeat(res.mix_weights, len(ell) // len(res.mix_weights))]}),
+                      "lift_pca.csv")
 
 if res.exact:
     st.subheader("Linear adapter: the chain against the exact posterior")
@@ -118,7 +138,8 @@ layout.how_it_works(r"""
 $y\mid x,\theta_i \sim \mathcal N\big((W_0 + B_iA_i)\,h(x),\ \sigma_y^2 I\big)$ with $\theta_i = (A_i, B_i)$ a rank-$r$ adapter on a
 frozen backbone $h(x) = \tanh(Ux + c)$.
 
-**SGLD-within-Gibbs.** For the visited tasks,
+**SGLD-within-Gibbs.** For the visited tasks (a random set of the size chosen under "Tasks updated per step";
+all $N$ by default),
 $\theta_i \leftarrow \theta_i + \tfrac{\varepsilon}{2}\big[\nabla\log p(D_i\mid\theta_i) - (\theta_i-\varphi)/\beta^2\big] + \sqrt{\varepsilon}\,\xi$.
 A running sum $J = \sum_i\theta_i$ is updated by the visited tasks' differences only, and
 $\varphi \sim \mathcal N(vJ/\beta^2,\ vI)$ with $v = (1/\sigma_\varphi^2 + N/\beta^2)^{-1}$ (the exact conditional).

@@ -2,6 +2,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
+from plotly.subplots import make_subplots
 
 from components import charts, download, layout, state
 from components.runner import run_or_stop
@@ -50,13 +51,21 @@ with c1:
     charts.show(charts.themed(fig, f"Distance after a {cfg.perturbation} update vs its bounds", 400),
                 key="scatter")
 with c2:
-    hist = go.Figure(go.Histogram(x=res.c, nbinsx=30, marker_color=charts.COLORS[0], name="c"))
-    hist.update_xaxes(title="distance c (success prob. (1 + c)/2)")
-    hist.update_yaxes(title="count of θ samples")
+    # counts on the left axis; each sample's Helstrom probability (from the engine) on the right one
+    hist = make_subplots(specs=[[{"secondary_y": True}]])
+    hist.add_trace(go.Histogram(x=res.c, nbinsx=30, marker_color=charts.COLORS[0],
+                                name="θ samples per bin of c (left axis)"), secondary_y=False)
+    order = np.argsort(res.c)
+    hist.add_trace(go.Scatter(x=res.c[order], y=res.helstrom[order], mode="lines+markers",
+                              marker=dict(size=4, color=charts.COLORS[1]), line=dict(color=charts.COLORS[1]),
+                              name="Helstrom success probability ½(1 + c) (right axis)"), secondary_y=True)
+    hist.update_xaxes(title="distance c")
+    hist.update_yaxes(title="count of θ samples", secondary_y=False)
+    hist.update_yaxes(title="Helstrom success probability", showgrid=False, secondary_y=True)
     charts.show(charts.themed(hist, f"Spread over θ (median Helstrom probability "
                                     f"{res.metrics['median_helstrom']:.3f})", 400), key="hist")
 download.download_csv(pd.DataFrame({"c": res.c, "bound_b1": res.b1, "bound_b2": res.b2,
-                                    "helstrom_p": 0.5 * (1 + res.c)}), "qnn_distances.csv",
+                                    "helstrom_p": res.helstrom}), "qnn_distances.csv",
                       label="Download per-sample distances (CSV)")
 
 # 3. sweep over parameter count

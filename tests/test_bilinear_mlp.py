@@ -16,7 +16,7 @@ def default_result():
 
 def test_claims_pass_at_default(default_result):
     claims = eng.claims(default_result)
-    assert len(claims) == 5
+    assert len(claims) == 6
     failed = [c.describe() for c in claims if not c.passed]
     assert not failed, failed
 

@@ -21,7 +21,7 @@ def test_claims_pass_at_default(default_result):
     claims = eng.claims(default_result)
     assert len(claims) == 10
     # Not reproduced at page scale (the page says so with the numbers): the advantage methods do not reach a
-    # lower regret than UCB-Hoeffding within K = 9 000 episodes. Those two badges are measured and shown
+    # lower regret than UCB-Hoeffding within K = 10 000 episodes. Those two badges are measured and shown
     # failing; every other claim must pass.
     failed = [c.describe() for c in claims if not c.passed and c.statement not in REGRET_COMPARISON]
     assert not failed, failed

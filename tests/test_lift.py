@@ -22,14 +22,14 @@ def test_gibbs_draws_of_phi_for_fixed_thetas():
     theta0 = np.array([0.5, -1.0, 2.0])
     # ε = 0 keeps every θ_i at θ0, so φ | θ ~ N(v J / β², v) with J = N θ0
     samples, _, _ = eng.sgld_gibbs(lambda idx, th: (np.zeros(len(idx)), np.zeros_like(th)), theta0, N, beta, sphi,
-                                   0.0, 20000, 0, warm=10, thin=1, task_frac=1.0, rng=rng)
+                                   0.0, 20000, 0, warm=10, thin=1, tasks_per_step=N, rng=rng)
     v = 1 / (1 / sphi**2 + N / beta**2)
     np.testing.assert_allclose(samples.mean(0), v * N * theta0 / beta**2, atol=5 * np.sqrt(v / len(samples)))
     np.testing.assert_allclose(samples.var(0), v, rtol=0.05)
 
 
 def test_running_sum_with_task_subsets_samples_the_exact_posterior():
-    """Half the tasks per step (so φ's Gibbs draw relies on the running sum J being kept up to date for the visited
+    """Half the tasks per step (3 of 6, so φ's Gibbs draw relies on the running sum J being kept up to date for the visited
     tasks only) on a Gaussian model whose posterior of φ is closed form: with y_i ~ N(θ_i, I), θ_i ~ N(φ, β²I) and
     φ ~ N(0, σ_φ²I), integrating θ_i out gives y_i | φ ~ N(φ, (1 + β²) I), so φ | y has precision
     1/σ_φ² + N/(1 + β²) and mean Σ y_i / (1 + β²) / precision. The targets sit near 2, so a stale J (φ held near the
@@ -41,7 +41,7 @@ def test_running_sum_with_task_subsets_samples_the_exact_posterior():
         return -0.5 * np.sum((th - target[idx]) ** 2, 1), -(th - target[idx])
 
     samples, theta, _ = eng.sgld_gibbs(llg, np.zeros(P), N, beta, sphi, 1e-2, 40000, 2000, warm=50, thin=5,
-                                       task_frac=0.5, rng=np.random.default_rng(0))
+                                       tasks_per_step=3, rng=np.random.default_rng(0))
     precision = 1 / sphi**2 + N / (1 + beta**2)
     mean = target.sum(0) / (1 + beta**2) / precision
     assert np.all(np.isfinite(theta))
@@ -117,7 +117,7 @@ def test_linear_gaussian_mode_matches_exact_posterior():
     freeze[: r * eng.DH] = True
     theta0 = np.concatenate([A0.ravel(), np.zeros(eng.DY * r)])
     samples, _, _ = eng.sgld_gibbs(lambda idx, th: fam.loglik_grad(th, tuple(a[idx] for a in st)), theta0, N, beta,
-                                   sphi, 2e-4, 30000, 2000, warm=200, thin=5, task_frac=1.0, rng=rng, freeze=freeze)
+                                   sphi, 2e-4, 30000, 2000, warm=200, thin=5, tasks_per_step=N, rng=rng, freeze=freeze)
     phiB = samples[:, r * eng.DH:].reshape(-1, eng.DY, r)
     e_mean, e_var = (a.reshape(eng.DY, r) for a in eng.exact_linear_posterior(fam, A0, H, Y, beta, sphi))
     for j in range(eng.DY):
@@ -175,3 +175,138 @@ def test_divergence_is_a_clear_message():
 
     with pytest.raises(InputError):
         eng.run(eng.Config(n_examples=50, step=3e-4))
+
+
+# ----------------------------------------------------------------------------- tasks updated per step
+def _quadratic_llg(target):
+    def llg(idx, th):
+        return -0.5 * np.sum((th - target[idx]) ** 2, 1), -(th - target[idx])
+    return llg
+
+
+@pytest.mark.parametrize("per_step, moved", [(1, 1), (4, 4), (10, 10), (50, 10)])
+def test_tasks_per_step_moves_exactly_that_many_adapters(per_step, moved):
+    """Two chains from the same seed, one step apart, differ in exactly min(tasks_per_step, N) rows of θ: the
+    extra step touched those tasks and no others. Every call of the likelihood sees that many distinct tasks."""
+    N, P = 10, 3
+    llg = _quadratic_llg(np.random.default_rng(8).normal(size=(N, P)))
+    seen = []
+
+    def recording(idx, th):
+        seen.append(np.array(idx))
+        return llg(idx, th)
+
+    def final_theta(steps, f):
+        return eng.sgld_gibbs(f, np.zeros(P), N, 0.5, 3.0, 1e-2, steps, 0, warm=0, thin=1,
+                              tasks_per_step=per_step, rng=np.random.default_rng(9))[1]
+
+    for steps in range(1, 6):
+        seen.clear()
+        before, after = final_theta(steps, llg), final_theta(steps + 1, recording)
+        changed = np.flatnonzero(np.any(before != after, axis=1))
+        assert len(changed) == moved
+        np.testing.assert_array_equal(np.sort(seen[-1]), changed)   # the rows the last step visited
+        assert len(seen) == steps + 1
+        assert all(len(i) == moved and len(np.unique(i)) == moved for i in seen)
+
+
+def test_tasks_per_step_must_be_positive():
+    with pytest.raises(ValueError):
+        eng.sgld_gibbs(_quadratic_llg(np.zeros((3, 2))), np.zeros(2), 3, 0.5, 3.0, 1e-2, 10, 0, warm=0, thin=1,
+                       tasks_per_step=0, rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("per_step", [1, 3])
+def test_running_sum_equals_a_sum_recomputed_every_step(per_step):
+    """A plain re-implementation of the (post-warm-up) chain that recomputes J = Σ_i θ_i from all tasks at every
+    step, driven by the same random stream, gives the same φ draws as the engine's incremental J."""
+    N, P, beta, sphi, eps, iters = 7, 3, 0.4, 2.0, 1e-2, 300
+    target = np.random.default_rng(10).normal(size=(N, P)) + 1.5
+    llg = _quadratic_llg(target)
+    samples, theta, _ = eng.sgld_gibbs(llg, np.zeros(P), N, beta, sphi, eps, iters, 0, warm=0, thin=1,
+                                       tasks_per_step=per_step, rng=np.random.default_rng(11))
+
+    rng = np.random.default_rng(11)
+    th = np.zeros((N, P))
+    v = 1 / (1 / sphi**2 + N / beta**2)
+    phi = v * th.sum(0) / beta**2
+    ref = []
+    for _ in range(iters):
+        idx = rng.choice(N, per_step, replace=False)
+        grad = llg(idx, th[idx])[1] - (th[idx] - phi) / beta**2
+        th[idx] = th[idx] + 0.5 * eps * grad + np.sqrt(eps) * rng.normal(size=(per_step, P))
+        phi = v * th.sum(0) / beta**2 + np.sqrt(v) * rng.normal(size=P)
+        ref.append(phi)
+    np.testing.assert_allclose(samples, np.array(ref), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(theta, th, rtol=0, atol=1e-10)
+
+
+def test_default_updates_every_task(default_result):
+    """The default (100 per step) exceeds the default N = 30, so it is the all-tasks chain, number for number."""
+    assert eng.Config().tasks_per_step >= eng.Config().n_tasks
+    all_tasks = eng.run(eng.Config(tasks_per_step=eng.Config().n_tasks))
+    assert all_tasks.metrics == default_result.metrics
+    np.testing.assert_array_equal(all_tasks.pca_phi, default_result.pca_phi)
+    np.testing.assert_array_equal(all_tasks.pca_ellipses, default_result.pca_ellipses)
+
+
+def test_old_links_with_task_frac_still_open_the_page():
+    """Links written before the setting was renamed carry ``task_frac``: the page opens, says the name was ignored,
+    and runs with the default (all tasks per step)."""
+    from streamlit.testing.v1 import AppTest
+
+    from engine.registry import ROOT
+
+    at = AppTest.from_file(str(ROOT / "pages" / "lift.py"), default_timeout=120)
+    at.query_params["task_frac"] = "0.5"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("task_frac" in w.value for w in at.warning)
+    assert next(s for s in at.slider if s.key.endswith(":tasks_per_step")).value == 100
+
+
+# ----------------------------------------------------------------------------- mixture ellipses in the PCA plot
+def test_ellipse_points_lie_on_the_k_sigma_contour():
+    rng = np.random.default_rng(12)
+    for k in (1.0, 2.0, 2.5):
+        L = rng.normal(size=(2, 2))
+        cov = L @ L.T + 0.1 * np.eye(2)
+        mean = rng.normal(size=2)
+        pts = eng.ellipse_points(mean, cov, k, n=101)
+        d = pts - mean
+        np.testing.assert_allclose(np.einsum("ni,ni->n", d, np.linalg.solve(cov, d.T).T), k**2, rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(pts[0], pts[-1])                     # closed
+        # the whole curve, not an arc: its shoelace area is that of the ellipse, π k² √det Σ
+        x, y = pts[:, 0], pts[:, 1]
+        area = 0.5 * abs(np.sum(x[:-1] * y[1:] - x[1:] * y[:-1]))
+        np.testing.assert_allclose(area, np.pi * k**2 * np.sqrt(np.linalg.det(cov)), rtol=5e-3)
+
+
+def test_isotropic_ellipse_is_a_circle():
+    pts = eng.ellipse_points(np.array([1.0, -2.0]), 0.3**2 * np.eye(2), 2.0, n=60)
+    np.testing.assert_allclose(np.hypot(pts[:, 0] - 1.0, pts[:, 1] + 2.0), 0.6, rtol=0, atol=1e-12)
+
+
+def test_projected_gaussian_matches_projected_samples():
+    """The 2-D mean and covariance of a diagonal Gaussian under the PCA map agree with samples pushed through it."""
+    rng = np.random.default_rng(13)
+    P = 6
+    centre, basis = eng.pca_basis(rng.normal(size=(40, P)) * np.arange(1, P + 1))
+    np.testing.assert_allclose(basis.T @ basis, np.eye(2), atol=1e-12)
+    mean, var = rng.normal(size=P), rng.uniform(0.1, 2.0, P)
+    m2, c2 = eng.project_gaussian(mean, var, centre, basis)
+    z = (mean + np.sqrt(var) * rng.normal(size=(200_000, P)) - centre) @ basis
+    np.testing.assert_allclose(z.mean(0), m2, atol=0.02)
+    np.testing.assert_allclose(np.cov(z.T), c2, atol=0.02)
+
+
+def test_run_ellipses_surround_the_mixture_means(default_result):
+    res = default_result
+    M = len(res.mix_weights)
+    assert res.pca_ellipses.shape == (M, len(eng.ELLIPSE_SIGMAS), eng.ELLIPSE_POINTS, 2)
+    # evenly spaced angles: the points (without the repeated last one) average to the centre
+    np.testing.assert_allclose(res.pca_ellipses[:, :, :-1].mean(2), np.repeat(res.pca_means[:, None], 2, 1),
+                               atol=1e-10)
+    # the 2σ contour is the 1σ contour scaled by 2 about the mean
+    one, two = (res.pca_ellipses[:, j] - res.pca_means[:, None] for j in range(2))
+    np.testing.assert_allclose(two, 2 * one, atol=1e-10)

@@ -155,3 +155,70 @@ def test_wrong_rotation_convention_breaks_the_bound():
                                            eng.hea_unitary(2 * (th + de), n, layers))
     b1, _ = eng.bounds(de.numpy())
     assert (c_wrong / b1).max() > 1.0
+
+
+# ----------------------------------------------------------------------------- Helstrom probability
+
+def _state_helstrom(rho, sigma):
+    """Equal-prior Helstrom success probability of two density matrices: ½ + ¼ Σ|eig(ρ − σ)|."""
+    return 0.5 + 0.25 * np.abs(np.linalg.eigvalsh(rho - sigma)).sum()
+
+
+def _best_input_helstrom(u, v, restarts=6, seed=0):
+    """Channel Helstrom probability found by brute force: maximise the state value of the two outputs over
+    pure inputs on system ⊗ ancilla (ancilla as large as the system), by local search from random starts."""
+    d = len(u)
+    uu, vv = np.kron(u, np.eye(d)), np.kron(v, np.eye(d))
+
+    def neg(x):
+        psi = x[:d * d] + 1j * x[d * d:]
+        psi = psi / np.linalg.norm(psi)
+        a, b = uu @ psi, vv @ psi
+        return -_state_helstrom(np.outer(a, a.conj()), np.outer(b, b.conj()))
+
+    rng = np.random.default_rng(seed)
+    return max(-minimize(neg, rng.standard_normal(2 * d * d), method="BFGS").fun for _ in range(restarts))
+
+
+def test_helstrom_closed_forms():
+    # the reference formula itself: identical states give a coin flip, orthogonal pure states certainty
+    zero, one = np.diag([1.0, 0.0]), np.diag([0.0, 1.0])
+    mixed = np.eye(3) / 3
+    assert _state_helstrom(zero, zero) == pytest.approx(0.5)
+    assert _state_helstrom(mixed, mixed) == pytest.approx(0.5)
+    assert _state_helstrom(zero, one) == pytest.approx(1.0)
+    # the engine, on channels: the same unitary twice, then I vs X (|0⟩ goes to orthogonal outputs)
+    rng = np.random.default_rng(3)
+    u = eng.haar_unitaries(4, 1, rng)
+    assert eng.helstrom_probability(eng.distance_np(u, u))[0] == pytest.approx(0.5, abs=1e-12)
+    assert eng.helstrom_probability(eng.distance_np(np.eye(2)[None], X[None]))[0] == pytest.approx(1.0)
+    # one rotation: ½(1 + sin(|δ|/2))
+    a = torch.tensor([0.4, 2.5], dtype=torch.float64)
+    d = torch.tensor([0.3, -1.2], dtype=torch.float64)
+    p = eng.helstrom_probability(eng.unitary_channel_distance(eng.rot("y", a), eng.rot("y", a + d)))
+    np.testing.assert_allclose(p, 0.5 * (1 + np.sin(np.abs(d.numpy()) / 2)), atol=1e-12)
+
+
+@pytest.mark.parametrize("d", [2, 4])
+def test_helstrom_matches_best_input_states(d):
+    """The engine's ½(1 + c) vs the largest ½ + ¼‖ρ − σ‖₁ over output pairs (U⊗I)|ψ⟩, (V⊗I)|ψ⟩ found by search;
+    random inputs never beat it."""
+    rng = np.random.default_rng(10 + d)
+    us, vs = eng.haar_unitaries(d, 3, rng), eng.haar_unitaries(d, 3, rng)
+    near = np.array([u @ expm(0.2j * (h + h.conj().T)) for u, h in
+                     zip(us, rng.standard_normal((3, d, d)) + 1j * rng.standard_normal((3, d, d)))])
+    for u, v in list(zip(us, vs)) + list(zip(us, near)):
+        ours = float(eng.helstrom_probability(eng.distance_np(u[None], v[None]))[0])
+        assert ours == pytest.approx(_best_input_helstrom(u, v), abs=1e-6)
+        psi = rng.standard_normal((100, d * d)) + 1j * rng.standard_normal((100, d * d))
+        psi /= np.linalg.norm(psi, axis=1, keepdims=True)
+        a, b = psi @ np.kron(u, np.eye(d)).T, psi @ np.kron(v, np.eye(d)).T
+        for x, y in zip(a, b):
+            assert _state_helstrom(np.outer(x, x.conj()), np.outer(y, y.conj())) <= ours + 1e-9
+
+
+def test_result_carries_helstrom_per_sample(default_result):
+    r = default_result
+    np.testing.assert_allclose(r.helstrom, 0.5 * (1 + r.c), atol=1e-15)
+    assert r.helstrom.shape == r.c.shape and np.all((r.helstrom >= 0.5) & (r.helstrom <= 1.0))
+    assert r.metrics["median_helstrom"] == pytest.approx(float(np.median(r.helstrom)))
