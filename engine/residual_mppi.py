@@ -11,7 +11,10 @@ sum_t gamma^t [r_R + w_logp * log pi(a_t|s_t)] and never sees r. Greedy-MPPI dro
 log pi term; Guided-MPPI is the oracle that scores with the true r + r_R.
 
 Pure numpy (batched rollouts over variants x samples). Calibrated once (sigma = 2, lambda = 0.2,
-c_o = 40), then frozen. Measured at the default config: seed 0 -> add-on cost ratio 0.138, |basic|
+c_o = 40), then frozen. Why not the spec's sigma = 0.5, lambda = 0.05, c_o = 20 (re-measured 2026-12-05, seeds 0 / 1):
+with them the sampled sequences stay too close to the prior's to steer round the obstacle, add-on cost ratio 0.93 /
+0.91 (needs <= 0.2); sigma and lambda alone cause that (0.92 / 0.82 at c_o = 40), while c_o = 20 with our sigma and
+lambda gives 0.17 / 0.23. Measured at the default config: seed 0 -> add-on cost ratio 0.138, |basic|
 ratio 1.14, Greedy score 4.43; seed 1 -> 0.128, 1.14, 1.44 (thresholds 0.2, 1.25, 1.0).
 """
 

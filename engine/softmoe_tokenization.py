@@ -6,9 +6,9 @@ value-regression proxy: every Catch state is enumerable and its optimal Q-values
 each head is trained by supervised regression onto Q* on half the states and judged on the other half
 (held-out MSE) and by the greedy success of its Q in the real environment.
 
-Heads on the same conv encoder: ``dense`` (flatten → MLP, the baseline), ``softmoe4_per_conv``
-(one token per pixel, 4 experts), ``softmoe1_per_conv_scaled`` (one expert, 4× wider) and
-``softmoe4_flatten`` (SoftMoE on one flattened token). ``python -m engine.softmoe_tokenization train``
+Heads on the same conv encoder: ``dense`` (flatten → MLP, the baseline), ``dense4`` (the same, 4× wider),
+``softmoe4_per_conv`` (one token per pixel, 4 experts), ``softmoe4_per_feat`` (one token per channel),
+``softmoe1_per_conv_scaled`` (one expert, 4× wider) and ``softmoe4_flatten`` (SoftMoE on one flattened token). ``python -m engine.softmoe_tokenization train``
 writes the multi-seed curves and the SoftMoE-4 weights to assets/softmoe-tokenization/.
 """
 
@@ -31,10 +31,13 @@ HIDDEN = 64
 GAMMA = 0.99
 BATCH = 64
 LR = 1e-3
-ARCHS = ("dense", "softmoe4_per_conv", "softmoe1_per_conv_scaled", "softmoe4_flatten")
+# dense4 and softmoe4_per_feat were added on 2026-12-05 (the spec's list has them): a dense head as wide as the
+# scaled single expert, so width alone is a baseline too, and SoftMoE on per-feature tokens (one token per channel)
+ARCHS = ("dense", "softmoe4_per_conv", "softmoe1_per_conv_scaled", "softmoe4_flatten", "dense4", "softmoe4_per_feat")
 LABELS = {"dense": "dense (flatten → MLP, baseline)", "softmoe4_per_conv": "SoftMoE-4, per-conv tokens",
           "softmoe1_per_conv_scaled": "SoftMoE-1 ×4 wide, per-conv tokens",
-          "softmoe4_flatten": "SoftMoE-4, one flattened token"}
+          "softmoe4_flatten": "SoftMoE-4, one flattened token",
+          "dense4": "dense ×4 wide (flatten → MLP)", "softmoe4_per_feat": "SoftMoE-4, per-feature tokens"}
 TOKENIZATIONS = ("per_conv", "per_feat", "per_patch", "flatten")
 SHIPPED_COLS = 5
 ASSET_DIR = "softmoe-tokenization"
@@ -204,7 +207,8 @@ def _modules():
             self.enc = nn.Sequential(nn.Conv2d(2, c, 3, padding=1), nn.ReLU(), nn.Conv2d(c, c, 3, padding=1), nn.ReLU())
             self.arch, self.tokenization = arch, tokenization
             if arch == "dense":
-                self.head = nn.Sequential(nn.Linear(ROWS * cols * c, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 3))
+                hid = HIDDEN * width_scale
+                self.head = nn.Sequential(nn.Linear(ROWS * cols * c, hid), nn.ReLU(), nn.Linear(hid, 3))
                 return
             self.patch = nn.Conv2d(c, c, 2, stride=2) if tokenization == "per_patch" else None
             m, d = token_shape(tokenization, cols)
@@ -249,6 +253,8 @@ def arch_kwargs(arch: str, experts: int = 4, width_scale: int = 4, layernorm: bo
                 l2_routing: bool = True) -> dict:
     if arch == "dense":
         return {"arch": "dense"}
+    if arch == "dense4":
+        return {"arch": "dense", "width_scale": 4}
     norm = dict(layernorm=layernorm, l2_routing=l2_routing)
     if arch == "softmoe4_per_conv":
         return dict(arch=arch, tokenization="per_conv", experts=4, **norm)
@@ -256,6 +262,8 @@ def arch_kwargs(arch: str, experts: int = 4, width_scale: int = 4, layernorm: bo
         return dict(arch=arch, tokenization="per_conv", experts=1, width_scale=width_scale, **norm)
     if arch == "softmoe4_flatten":
         return dict(arch=arch, tokenization="flatten", experts=4, **norm)
+    if arch == "softmoe4_per_feat":
+        return dict(arch=arch, tokenization="per_feat", experts=4, **norm)
     if arch == "softmoe_n_per_conv":
         return dict(arch=arch, tokenization="per_conv", experts=experts, **norm)
     raise InputError(f"unknown architecture {arch!r}")
@@ -529,14 +537,19 @@ def claims(result: Result) -> list[Claim]:
 
 
 # ---------------------------------------------------------------- training script
-def train_script(seeds: int = TRAIN_SEEDS, steps: int = TRAIN_STEPS) -> None:
+def train_script(seeds: int = TRAIN_SEEDS, steps: int = TRAIN_STEPS, archs=ARCHS, merge: bool = False) -> None:
+    """Train ``archs`` at every seed and write their curves; with ``merge`` the other architectures' curves already
+    in curves.npz are kept (``python -m engine.softmoe_tokenization train-add dense4,softmoe4_per_feat``)."""
     from engine.core.nn import asset_path, save_state, set_cpu_threads
     set_cpu_threads()
     out_dir = asset_path(ASSET_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
     data: dict[str, np.ndarray] = {}
+    if merge:
+        with np.load(out_dir / "curves.npz") as old:
+            data.update({k: old[k] for k in old.files})
     t0 = time.time()
-    for arch in ARCHS:
+    for arch in archs:
         mses, sucs, trs = [], [], []
         for s in range(seeds):
             net, curve = train_head(arch, SHIPPED_COLS, steps, s, 0.5)
@@ -558,5 +571,7 @@ def train_script(seeds: int = TRAIN_SEEDS, steps: int = TRAIN_STEPS) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "train":
         train_script(steps=int(sys.argv[2]) if len(sys.argv) > 2 else TRAIN_STEPS)
+    elif len(sys.argv) > 2 and sys.argv[1] == "train-add":
+        train_script(archs=tuple(sys.argv[2].split(",")), merge=True)
     else:
         print(asdict(Config()))
