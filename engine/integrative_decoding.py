@@ -423,6 +423,10 @@ def claims(result: Result) -> list[Claim]:
         Claim("…and it grows at every doubling of k (1 → 2 → 4 → 8 → 16)", measured=m["worst_doubling"], op=">=",
               threshold=-0.01, label="smallest change per doubling",
               detail=" → ".join(f"{m[f'acc_id_{k}']:.3f}" for k in K_SWEEP)),
+        # The spec's share (ID(4) beats each of its 4 inputs, bar 0.10) is 0.155 / 0.133 / 0.163 at seeds 0-2, but
+        # greedy decoding alone beats all 4 samples for 0.163 / 0.188 / 0.180 of entities (measured 2026-12-05), so
+        # that share does not tell integrating from decoding greedily. The badge also requires beating greedy, a
+        # rarer event (0.100 / 0.080 / 0.075), hence the lower bar 0.04; the spec's share is in the detail.
         Claim("ID integrates facts rather than selecting one sample: its answer can be better than every "
               "input it was given (and than greedy)", measured=m["integration_strict"], op=">=", threshold=0.04,
               label="share of entities where ID(4) beats all 4 inputs and greedy",
