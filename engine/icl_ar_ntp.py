@@ -8,7 +8,8 @@ it with closed-form references (oracle, zero predictor, in-context ridge, Bayes 
 topics) and measures how unseen-topic error and the generalization gap change with ``K``. It also
 evaluates a numeric two-level PAC-Bayesian bound on the gap for each trained model (``pac_bayes_bound``).
 
-``python -m engine.icl_ar_ntp train`` trains the shipped compute-matched grid into ``assets/icl-ar-ntp/``;
+``python -m engine.icl_ar_ntp train`` trains the shipped compute-matched grid into ``assets/icl-ar-ntp/``
+(``train-fixed-n``: the second, fixed-N grid the page can draw beside it);
 ``run`` loads it (default) or trains one small model live. Pure compute, no streamlit.
 """
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.core import Choice, Claim, Float, InputError, Int, param, report, seed_everything
+from engine.core import Bool, Choice, Claim, Float, InputError, Int, param, report, seed_everything
 
 # run() puts its torch work on the device get_device() picks (a CUDA GPU when present); the sidebar
 # names that device (engine.core.device.engine_device_label)
@@ -35,6 +36,7 @@ T_SHIP = 16                # sequence length of the shipped grid
 WIDTH, LAYERS, HEADS = 32, 2, 2
 GRID_K = (1, 2, 4, 8, 16, 64, 256)
 TOTAL_SEQ = 2048           # compute-matched budget K * N of the shipped grid
+FIXED_N = 32               # the second shipped grid: N sequences per topic at every K (K * N grows with K)
 SHIP_STEPS = 1000
 SHIP_SEEDS = (0, 1)
 BATCH = 64
@@ -242,33 +244,39 @@ def train_model(K: int, N: int, T: int, steps: int, seed: int, rho: float = RHO,
 # Checkpoints
 # ----------------------------------------------------------------------------------------------
 
-def checkpoint_path(K: int, seed: int):
+def checkpoint_path(K: int, seed: int, N: int | None = None):
+    """The compute-matched grid's file (N = TOTAL_SEQ // K), or the fixed-N grid's; where both grids have the same
+    N (K = 64) they share one model."""
     from engine.core.nn import asset_path
 
-    return asset_path(f"{SLUG}/K{K:03d}_seed{seed}.pt")
+    if N is None or N == TOTAL_SEQ // K:
+        return asset_path(f"{SLUG}/K{K:03d}_seed{seed}.pt")
+    return asset_path(f"{SLUG}/K{K:03d}_N{N}_seed{seed}.pt")
 
 
-def _save(model, W, hist, train_mse, K, seed):
+def _save(model, W, hist, train_mse, K, seed, N: int | None = None):
     import torch
 
     from engine.core.nn import save_state
 
+    N = TOTAL_SEQ // K if N is None else N
     model = model.cpu().half()
     # keep only a thinned loss curve (every 10th step) to stay small
-    save_state(model, checkpoint_path(K, seed), extra={
-        "K": K, "N": TOTAL_SEQ // K, "T": T_SHIP, "seed": seed, "steps": SHIP_STEPS,
+    save_state(model, checkpoint_path(K, seed, N), extra={
+        "K": K, "N": N, "T": T_SHIP, "seed": seed, "steps": SHIP_STEPS,
         "W": torch.as_tensor(W, dtype=torch.float64), "train_mse": float(train_mse),
         "loss": torch.as_tensor(hist[::10], dtype=torch.float32)})
 
 
-def load_shipped(K: int, seed: int):
+def load_shipped(K: int, seed: int, N: int | None = None):
     import torch
 
     from engine.core.nn import load_state
 
-    path = checkpoint_path(K, seed)
+    path = checkpoint_path(K, seed, N)
     if not path.exists():
-        raise InputError(f"checkpoint {path.name} is missing; run `python -m engine.icl_ar_ntp train`")
+        raise InputError(f"checkpoint {path.name} is missing; run `python -m engine.icl_ar_ntp train` (and "
+                         "`train-fixed-n` for the fixed-N grid)")
     blob = load_state(path)
     model = build_model(blob["extra"]["T"])
     model.load_state_dict({k: v.float() for k, v in blob["state"].items()})
@@ -276,13 +284,17 @@ def load_shipped(K: int, seed: int):
     return model.to(torch.float32), ex["W"].numpy(), ex["loss"].numpy().astype(np.float64), float(ex["train_mse"])
 
 
-def train_and_save(seeds=SHIP_SEEDS, ks=GRID_K) -> None:
+def train_and_save(seeds=SHIP_SEEDS, ks=GRID_K, fixed_n: bool = False) -> None:
+    """The compute-matched grid, or (``fixed_n``) the fixed-N grid's models that it does not share with it."""
     for seed in seeds:
         for K in ks:
+            N = FIXED_N if fixed_n else TOTAL_SEQ // K
+            if fixed_n and N == TOTAL_SEQ // K:
+                continue
             t0 = time.time()
-            model, W, hist, tr = train_model(K, TOTAL_SEQ // K, T_SHIP, SHIP_STEPS, seed)
-            _save(model, W, hist, tr, K, seed)
-            print(f"seed {seed} K {K:3d}: train mse {tr:.3f}, {time.time() - t0:.0f}s", flush=True)
+            model, W, hist, tr = train_model(K, N, T_SHIP, SHIP_STEPS, seed)
+            _save(model, W, hist, tr, K, seed, N)
+            print(f"seed {seed} K {K:3d} N {N}: train mse {tr:.3f}, {time.time() - t0:.0f}s", flush=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -460,6 +472,12 @@ class Config:
     K: int = param(64, Choice(GRID_K, "K pre-training topics", widget="select_slider",
                    help="Picks the model whose prompt-length curve is drawn (shipped), or the live run's K."))
     seed: int = param(0, Int(0, 1, "Seed", help="Training seed of the curve shown; the claims use both shipped seeds."))
+    fixed_n: bool = param(False, Bool(f"Also the fixed-N grid (N = {FIXED_N} per topic)",
+                                      help=f"a second shipped grid with N = {FIXED_N} sequences per topic at every K, "
+                                           f"so K·N grows with K (the spec's other data budget); drawn next to the "
+                                           f"compute-matched grid in the error-vs-K plot. The claims and the bound "
+                                           f"stay on the compute-matched grid, where K is the only thing that "
+                                           f"changes"))
     # the live defaults (N = 32, T = 16, 300 steps; the spec has N = 64, T = 24, 1 500 steps) are the shipped
     # K = 64 model's data (K·N = 2048, T = 16) at a third of its steps, so a first live run retrains the model the
     # page shows, in a few seconds; 1 500 steps at T = 24 are over the budget (see MAX_STEP_TOKENS)
@@ -508,6 +526,8 @@ class Result:
     grid_ridge_last: np.ndarray
     grid_mixture_last: np.ndarray
     grid_curves_unseen: np.ndarray        # (seeds, len K, T-1)
+    # fixed-N grid (Config.fixed_n; else empty): "unseen", "seen", "train" -> (seeds, len K) as the grid_* above
+    fixed_n_grid: dict[str, np.ndarray] = field(default_factory=dict)
     gap_fit: dict[str, float] = field(default_factory=dict)
     bound: dict[str, np.ndarray] = field(default_factory=dict)   # PAC-Bayes bound per K (selected seed)
     metrics: dict[str, float] = field(default_factory=dict)
@@ -558,6 +578,21 @@ def _run_shipped(config: Config, progress) -> Result:
                               | {"det_gap": g["gap"][si, ki]})
             if K == config.K and seed == config.seed:
                 chosen = (ev, loss)
+    fixed = {}
+    if config.fixed_n:
+        fixed = {k: np.zeros((nS, nK)) for k in ("unseen", "seen", "train")}
+        for si, seed in enumerate(SHIP_SEEDS):
+            for ki, K in enumerate(GRID_K):
+                report(progress, 0.99, f"evaluating the fixed-N grid: K={K}, seed {seed}")
+                if FIXED_N == TOTAL_SEQ // K:      # the same model as the compute-matched grid's
+                    fixed["unseen"][si, ki] = g["unseen_last"][si, ki]
+                    fixed["seen"][si, ki] = g["seen_last"][si, ki]
+                    fixed["train"][si, ki] = g["train"][si, ki]
+                    continue
+                model, W, _, tr = load_shipped(K, seed, FIXED_N)
+                ev_f = evaluate(model, W, T, seed, ridge_cache=ridge_cache)
+                fixed["unseen"][si, ki], fixed["seen"][si, ki] = ev_f["unseen"][-1], ev_f["seen"][-1]
+                fixed["train"][si, ki] = tr
     report(progress, 1.0, "done")
     ev, loss = chosen
     ks = np.asarray(GRID_K, dtype=float)
@@ -569,7 +604,7 @@ def _run_shipped(config: Config, progress) -> Result:
         loss=loss, loss_steps=np.arange(len(loss)) * 10,
         grid_k=ks, grid_unseen=g["unseen_last"], grid_seen=g["seen_last"], grid_train=g["train"],
         grid_gap=g["gap"], grid_dist_ridge=g["dr"], grid_dist_mix=g["dm"], grid_ridge_last=g["ridge_last"],
-        grid_mixture_last=g["mix_last"], grid_curves_unseen=curves_u, gap_fit={"a": a, "b": b},
+        grid_mixture_last=g["mix_last"], grid_curves_unseen=curves_u, fixed_n_grid=fixed, gap_fit={"a": a, "b": b},
         bound=_stack(bounds))
     res.metrics = _metrics(res)
     return res
@@ -725,9 +760,9 @@ def claims(res: Result) -> list[Claim]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "train":
+    if len(sys.argv) > 1 and sys.argv[1] in ("train", "train-fixed-n"):
         seeds = tuple(int(s) for s in sys.argv[2].split(",")) if len(sys.argv) > 2 else SHIP_SEEDS
-        train_and_save(seeds=seeds)
+        train_and_save(seeds=seeds, fixed_n=sys.argv[1] == "train-fixed-n")
         print(json.dumps({"done": True}))
     else:
-        print("usage: python -m engine.icl_ar_ntp train [seeds, e.g. 0,1]")
+        print("usage: python -m engine.icl_ar_ntp train|train-fixed-n [seeds, e.g. 0,1]")

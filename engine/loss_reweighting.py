@@ -107,7 +107,9 @@ class Result:
     steps: np.ndarray
     log_err_mean: dict[str, np.ndarray]     # log10 test error vs step (shared lr), mean over seeds
     log_err_sd: dict[str, np.ndarray]
-    weight_share: dict[str, np.ndarray]     # (steps, 3) share of weight per group, mean over seeds
+    # (steps, 3): at every training step, the share of the batch weight on redundant / informative / outlier
+    # rows (each row sums to 1), mean over seeds; row t is the batch of step t + 1 (see share_steps)
+    weight_share: dict[str, np.ndarray]
     data_share: np.ndarray                  # share of rows per group
     sweep_lrs: np.ndarray
     sweep_final: dict[str, np.ndarray]      # mean final log10 error per lr of the sweep
@@ -126,9 +128,39 @@ class Result:
     row_groups: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
 
     @property
+    def share_steps(self) -> np.ndarray:
+        """Training step (1 … T) whose mini-batch each row of ``weight_share`` describes."""
+        return np.arange(1, len(self.weight_share["uniform"]) + 1)
+
+    @property
     def late_share(self) -> dict[str, np.ndarray]:
         """Per strategy, the share of the batch weight per group averaged over the last 10 % of steps."""
         return {s: w[-max(1, len(w) // 10):].mean(0) for s, w in self.weight_share.items()}
+
+
+def share_window(n_steps: int, percent: float) -> int:
+    """Odd moving-average window covering about ``percent`` % of a run of ``n_steps`` steps (1 = no smoothing)."""
+    w = int(round(n_steps * percent / 100))
+    return max(1, w if w % 2 else w + 1) if w > 1 else 1
+
+
+def moving_average(a: np.ndarray, window: int) -> np.ndarray:
+    """Centred moving average along the first axis.
+
+    Near both ends the window is cut to the points that exist and the mean is taken over those, so there
+    is no pull towards zero at the edges and rows that sum to one keep summing to one (the average is
+    linear and every output row averages whole input rows).
+    """
+    a = np.asarray(a, float)
+    n = len(a)
+    if window <= 1 or n == 0:
+        return a.copy()
+    half = window // 2
+    c = np.concatenate([np.zeros((1,) + a.shape[1:]), np.cumsum(a, axis=0)])
+    i = np.arange(n)
+    lo, hi = np.maximum(i - half, 0), np.minimum(i + half + 1, n)
+    count = (hi - lo).reshape((n,) + (1,) * (a.ndim - 1))
+    return (c[hi] - c[lo]) / count
 
 
 def make_data(rng: np.random.Generator, frac_redundant: float, inf_scale: float, frac_outlier: float):

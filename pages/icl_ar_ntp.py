@@ -64,7 +64,8 @@ download.download_csv(pd.DataFrame({"t": res.t_axis, **res.curves}), "icl_vs_pro
 if not live:
     ks = res.grid_k
     # --- 2. error vs K ---------------------------------------------------------------------------
-    st.subheader("Error vs number of pre-training topics K (compute-matched)")
+    st.subheader("Error vs number of pre-training topics K (compute-matched"
+                 + (f"; long dashes: fixed N = {eng.FIXED_N})" if res.fixed_n_grid else ")"))
     st.caption(f"Last prompt position; K·N = {eng.TOTAL_SEQ} sequences for every K; mean ± spread over "
                f"{res.grid_unseen.shape[0]} seeds.")
     fig = go.Figure()
@@ -84,9 +85,24 @@ if not live:
     fig.add_trace(go.Scatter(x=ks, y=at_t.mean(0), name=f"transformer, unseen topics, after t = {t_shown}",
                              mode="lines+markers", line=dict(color=charts.COLORS[4], dash="dash"),
                              error_y=dict(type="data", array=at_t.std(0))))
+    fx = res.fixed_n_grid
+    if fx:
+        fig.add_trace(go.Scatter(x=ks, y=fx["unseen"].mean(0), name=f"transformer, unseen topics, fixed N = {eng.FIXED_N}",
+                                 mode="lines+markers", line=dict(color=charts.COLORS[0], dash="longdash"),
+                                 marker=dict(symbol="diamond"), error_y=dict(type="data", array=fx["unseen"].std(0))))
     fig.update_xaxes(type="log", title="K topics")
     fig.update_yaxes(title="next-token MSE / dim")
     charts.show(charts.themed(fig, height=380), key="icl-vs-k")
+    if fx:
+        i64 = list(eng.GRID_K).index(eng.TOTAL_SEQ // eng.FIXED_N)
+        st.caption(f"Fixed-N grid: N = {eng.FIXED_N} sequences per topic at every K, so the data grow with K "
+                   f"({eng.FIXED_N} sequences at K = 1, {eng.FIXED_N * int(ks[-1]):,} at K = {int(ks[-1])}); at "
+                   f"K = {int(ks[i64])} both grids are the same model. Unseen-topic error at K = {int(ks[-1])}: "
+                   f"{fx['unseen'].mean(0)[-1]:.3f} with fixed N vs {res.grid_unseen.mean(0)[-1]:.3f} compute-matched; "
+                   f"training error {fx['train'].mean(0)[-1]:.3f} vs {res.grid_train.mean(0)[-1]:.3f}.")
+        download.download_csv(pd.DataFrame({"K": ks, "N": eng.FIXED_N, "unseen_mean": fx["unseen"].mean(0),
+                                            "seen_mean": fx["seen"].mean(0), "train_mean": fx["train"].mean(0)}),
+                              "icl_fixed_n_grid.csv", key="dl-icl-fixed-n")
     download.download_csv(pd.DataFrame({"K": ks, **{f"unseen_t{t + 1}_mean": res.grid_curves_unseen[:, :, t].mean(0)
                                                     for t in range(res.grid_curves_unseen.shape[2])}}),
                           "icl_unseen_error_by_prompt_position.csv", key="dl-icl-by-position")

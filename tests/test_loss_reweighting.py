@@ -213,3 +213,102 @@ def test_late_share(default_result):
     for s, v in r.late_share.items():
         assert v.sum() == pytest.approx(1.0)
         np.testing.assert_allclose(v, r.weight_share[s][-(len(r.weight_share[s]) // 10):].mean(0))
+
+
+# ----------------------------------------------------------------------------- weight shares over training
+@pytest.fixture(scope="module")
+def outlier_result():
+    """A linear run where all three groups have rows, so the outlier share is exercised too."""
+    cfg = eng.Config(frac_redundant=0.6, frac_outlier=0.1, steps=200, seeds=6, sweep="off")
+    return cfg, eng.run(cfg)
+
+
+def test_weight_shares_sum_to_one_at_every_step(default_result, mlp_result, outlier_result):
+    """The stacked-area chart: at every logged step the three group shares are ≥ 0 and add up to the whole
+    batch weight, for every strategy and both settings; the page's moving average keeps that property."""
+    for r, steps in ((default_result, eng.Config().steps), (mlp_result, eng.Config().steps),
+                     (outlier_result[1], outlier_result[0].steps)):
+        assert list(r.share_steps) == list(range(1, steps + 1))
+        for s in eng.STRATEGIES:
+            w = r.weight_share[s]
+            assert w.shape == (steps, 3) and np.all(w >= 0)
+            np.testing.assert_allclose(w.sum(1), 1.0, atol=1e-12)
+            for win in (1, 5, eng.share_window(steps, 10)):
+                np.testing.assert_allclose(eng.moving_average(w, win).sum(1), 1.0, atol=1e-12)
+    # outlier rows get weight when they exist; the MLP setting has no third group
+    assert all(outlier_result[1].weight_share[s][:, 2].mean() > 0.01 for s in eng.STRATEGIES)
+    assert all(np.all(mlp_result.weight_share[s][:, 2] == 0) for s in eng.STRATEGIES)
+
+
+def _uniform_share_checks(cfg: eng.Config, share: np.ndarray):
+    """Uniform weights put 1/B on every batch row, so a group's share of the weight is the fraction of the batch's
+    rows it holds. Rows are drawn uniformly with replacement, so that count is Binomial(B, p_g) with p_g the group's
+    fraction of the training rows, set by the config (the data has round(p·4096) rows per group, within 1/8192).
+    Seeds and steps draw independently, so the mean over S seeds and T steps has sd √(p(1−p)/(B·S·T)); we allow
+    4 sd (a false alarm about once in 16 000 per group) plus the rounding. Per step, the seed mean has variance
+    p(1−p)/(B·S): the mean of the squared standardised deviations over the T steps must be 1 within 5·√(2/T)
+    (its sd for Gaussian deviations), which a smoothed or seed-pooled-over-time series would fail."""
+    p = np.array([cfg.frac_redundant, 1 - cfg.frac_redundant - cfg.frac_outlier, cfg.frac_outlier])
+    n_draws = cfg.batch * cfg.seeds
+    T = len(share)
+    tol = 4 * np.sqrt(p * (1 - p) / (n_draws * T)) + 1 / (2 * eng.N_TRAIN)
+    assert np.all(np.abs(share.mean(0) - p) <= tol), (share.mean(0), p, tol)
+    for g in np.nonzero(p > 0)[0]:
+        z2 = (share[:, g] - p[g]) ** 2 / (p[g] * (1 - p[g]) / n_draws)
+        assert abs(z2.mean() - 1) < 5 * np.sqrt(2 / T), (g, z2.mean())
+
+
+def test_uniform_shares_equal_group_proportions(default_result, outlier_result):
+    _uniform_share_checks(eng.Config(), default_result.weight_share["uniform"])
+    _uniform_share_checks(outlier_result[0], outlier_result[1].weight_share["uniform"])
+    # the per-step check has teeth: the same series smoothed over 7 steps has too little step-to-step spread
+    with pytest.raises(AssertionError):
+        _uniform_share_checks(eng.Config(), eng.moving_average(default_result.weight_share["uniform"], 7))
+
+
+def test_uniform_shares_replay_the_drawn_batches(default_result):
+    """Exact version: replay the batch indices the trainer draws (generator seed·1000 + j for seed j, one draw of B
+    indices per step) and count each group's rows with numpy; the uniform strategy's share is that count / B, seed
+    mean, at every step."""
+    cfg = eng.Config()
+    _, _, groups, _ = eng.make_data(np.random.default_rng(cfg.seed), cfg.frac_redundant, cfg.inf_scale,
+                                    cfg.frac_outlier)
+    gens = [np.random.default_rng(cfg.seed * 1000 + j) for j in range(cfg.seeds)]
+    counts = np.zeros((cfg.steps, 3))
+    for t in range(cfg.steps):
+        for g in gens:
+            counts[t] += np.bincount(groups[g.integers(0, eng.N_TRAIN, cfg.batch)], minlength=3)
+    np.testing.assert_allclose(default_result.weight_share["uniform"], counts / (cfg.batch * cfg.seeds), atol=1e-12)
+
+
+def test_late_bars_are_the_mean_of_the_share_series(default_result, mlp_result, outlier_result):
+    """The existing last-10 % bars agree with the new per-step series averaged over the same steps (picked here by
+    step number: steps after 90 % of the run)."""
+    for r in (default_result, mlp_result, outlier_result[1]):
+        T = r.share_steps[-1]
+        last = r.share_steps > T - T // 10
+        assert last.sum() == T // 10
+        for s in eng.STRATEGIES:
+            np.testing.assert_allclose(r.late_share[s], r.weight_share[s][last].mean(0), atol=1e-12)
+            np.testing.assert_allclose(r.late_share[s], eng.moving_average(r.weight_share[s], 1)[last].mean(0),
+                                       atol=1e-12)
+
+
+def test_moving_average_against_a_loop():
+    rng = np.random.default_rng(4)
+    a = rng.dirichlet(np.ones(3), size=37)
+    for win in (1, 3, 7, 37, 81):
+        half = win // 2
+        expect = np.array([a[max(0, i - half): i + half + 1].mean(0) for i in range(len(a))])
+        np.testing.assert_allclose(eng.moving_average(a, win), expect, atol=1e-12)
+    # a constant series stays constant up to both ends (zero padding would pull the ends down)
+    np.testing.assert_allclose(eng.moving_average(np.full(20, 0.7), 9), 0.7, atol=1e-12)
+    assert eng.share_window(300, 0) == 1 and eng.share_window(300, 2) == 7 and eng.share_window(300, 5) == 15
+    assert all(eng.share_window(n, p) % 2 == 1 for n in (100, 300, 2000) for p in (0, 2, 5, 10))
+
+
+def test_temperature_numbers_quoted_under_the_weight_share_chart():
+    # the page's caption quotes LinUpper's late share on redundant rows at r = 1, 0.2 and 0.1 (linear setting)
+    for r, share in ((1.0, 0.70), (0.2, 0.41), (0.1, 0.19)):
+        got = eng.run(eng.Config(temperature=r)).late_share["linupper"][0]
+        assert got == pytest.approx(share, abs=0.006), (r, got)
