@@ -701,6 +701,10 @@ def _cg_scales(config) -> tuple[float, ...]:
     return () if config.cg_scales == "off" else _weights(config.cg_scales)
 
 
+# The spec's guidance widget is one multi-select over {MCSS, CFG, classifier guidance, unconditional}. Here MCSS,
+# CFG and the unconditional planner always run, because the badges compare them (MCSS vs CFG at equal compute, both
+# against unconditional); what a user chooses is which CFG weights to run (a multi-select) and whether and at which
+# scales classifier guidance runs (off by default, as in the spec's default selection).
 @dataclass(frozen=True)
 class Config:
     denoiser: str = param("transformer", Choice(BACKBONES, "Denoiser", labels=("Transformer (the paper's choice)",

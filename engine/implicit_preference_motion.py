@@ -722,6 +722,8 @@ def claims(result: Result) -> list[Claim]:
     ]
     if "omf_gap" in m:
         out += [
+            # strictly better, where the spec allows a tie: with 0 DPO steps both models are the reference and tie
+            # exactly, and that run must fail this badge (tests/test_implicit_preference_motion.py)
             Claim("Ranking the model's own samples beats treating every sample as worse than the expert "
                   "(occupancy distance)", m["omf_gap"], ">", 0.0, label="OMF(adversarial) − OMF(DPA-OMF)",
                   detail=f"{m['adv_omf']:.3f} vs {m['dpa_omf']:.3f}"),
