@@ -68,7 +68,8 @@ class Config:
                                              labels=("opposite moon (official)", "shifted nominal moon"),
                                              widget="radio"))
     compare_all: bool = param(False, Bool("Compare all (β-NF, 3 seeds; slower)", group="Advanced"))
-    beta: float = param(0.1, Choice((0.01, 0.1, 1.0, 10.0), "β of β-NF", widget="select_slider",
+    beta: float = param(0.1, Choice((0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0), "β of β-NF",
+                                    widget="select_slider",
                                     group="Advanced", help="KL weight of the β-NF baseline (compare all)"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
