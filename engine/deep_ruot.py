@@ -29,8 +29,8 @@ Optional stochastic refinement (sigma_model > 0): a log-density potential s(x, t
 regression on a Gaussian KDE of the weighted particles, and all three nets are trained jointly with
 the RUOT action (terms with grad s and s g) plus a Fokker-Planck residual in log form.
 
-Where it breaks (measured 2026-12-04, seed 0, other settings at their defaults): with wide clusters,
-sigma_true = 0.5, the growing cluster's tail crosses x1 = 0 late in the run: at t = 3, 16 of the 37 cells right of
+Where it breaks (measured 2026-12-04, seed 0, other settings at their defaults of then, 40 training iterations):
+with wide clusters, sigma_true = 0.5, the growing cluster's tail crosses x1 = 0 late in the run: at t = 3, 16 of the 37 cells right of
 x1 = 0 belong to A (at sigma_true = 0.35: 3 of 26; at the default: none), while only 21 cells are left in B. From
 unlabelled snapshots that region looks like a B that dies slowly, and that is what the networks learn: the
 coupling pre-fit already gives a weak death on the last interval (mean log mass ratio of B's source cells under the
