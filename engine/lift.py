@@ -54,6 +54,20 @@ class Config:
                                              "posterior of φ_B is known: the page compares the chain with it"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
+    @staticmethod
+    def upgrade_query(query: dict) -> dict:
+        """Links written before 2026-12-05 give ``task_frac``, the share of the N tasks updated per step; the
+        sampler then used round(share × N) of them (at least 1), which is what ``tasks_per_step`` now says."""
+        if "task_frac" in query and "tasks_per_step" not in query:
+            try:
+                frac, n = float(query["task_frac"]), int(float(query.get("n_tasks", 30)))
+            except (TypeError, ValueError):
+                return query            # left as it is: the page reports the name as not a setting
+            if 0 < frac <= 1 and n > 0:
+                query.pop("task_frac")
+                query["tasks_per_step"] = str(max(1, int(round(frac * n))))
+        return query
+
 
 # largest widget setting (all at max, shot sweep; default step diverges): 1.8 s CPU, measured 2026-12-05 (100 examples per task)
 HEAVY_CONFIG = Config(shots=30, n_tasks=100, n_examples=100, rank=4, components=5, iters=5000, burn=2000,

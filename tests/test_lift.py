@@ -251,18 +251,26 @@ def test_default_updates_every_task(default_result):
 
 
 def test_old_links_with_task_frac_still_open_the_page():
-    """Links written before the setting was renamed carry ``task_frac``: the page opens, says the name was ignored,
-    and runs with the default (all tasks per step)."""
+    """Links written before the setting was renamed carry ``task_frac``, a share of the N tasks: the page translates
+    it to the same number of tasks the old sampler used (round(share × N), at least 1), with no warning."""
     from streamlit.testing.v1 import AppTest
 
+    from engine.core.params import from_query
     from engine.registry import ROOT
 
     at = AppTest.from_file(str(ROOT / "pages" / "lift.py"), default_timeout=120)
     at.query_params["task_frac"] = "0.5"
+    at.query_params["n_tasks"] = "10"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert any("task_frac" in w.value for w in at.warning)
-    assert next(s for s in at.slider if s.key.endswith(":tasks_per_step")).value == 100
+    assert not any("task_frac" in w.value for w in at.warning)
+    assert next(s for s in at.slider if s.key.endswith(":tasks_per_step")).value == 5
+    assert "task_frac" not in at.query_params and at.query_params["tasks_per_step"] == "5"
+    # the same translation outside the page; a new link's own value wins; nonsense is left to the usual notice
+    assert from_query(eng.Config, {"task_frac": "0.1"}) == (eng.Config(tasks_per_step=3), [])
+    assert from_query(eng.Config, {"task_frac": "0.01", "n_tasks": "20"})[0].tasks_per_step == 1
+    assert from_query(eng.Config, {"task_frac": "0.5", "tasks_per_step": "7"})[0].tasks_per_step == 7
+    assert eng.Config.upgrade_query({"task_frac": "x"}) == {"task_frac": "x"}
 
 
 # ----------------------------------------------------------------------------- mixture ellipses in the PCA plot

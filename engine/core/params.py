@@ -307,8 +307,16 @@ def to_query(config) -> dict[str, str]:
     return {name: spec.to_str(getattr(config, name)) for name, spec in specs.items()}
 
 
+def upgrade_query(config_cls, query: dict[str, str]) -> dict[str, str]:
+    """A copy of ``query`` with the names of links written before a setting was renamed translated to today's, by
+    the Config's own ``upgrade_query`` (a static method, where a page has one); other names are left as they are."""
+    fn = getattr(config_cls, "upgrade_query", None)
+    return fn(dict(query)) if fn is not None else dict(query)
+
+
 def from_query(config_cls, query: dict[str, str]) -> tuple[Any, list[str]]:
     """Query parameters -> (Config, notices). Bad values fall back to defaults."""
+    query = upgrade_query(config_cls, query)
     specs = widget_specs(config_cls)
     base = defaults(config_cls)
     notices: list[str] = []
