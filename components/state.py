@@ -16,18 +16,8 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from engine.core.params import (
-    Bool,
-    Choice,
-    Float,
-    Int,
-    Multi,
-    ParamError,
-    Text,
-    defaults,
-    upgrade_query,
-    widget_specs,
-)
+from engine.core import params as _params
+from engine.core.params import Bool, Choice, Float, Int, Multi, ParamError, Text, defaults, widget_specs
 
 # slug -> names of view-only URL parameters (declared by bind_config(views=...) / bind_view)
 VIEW_PARAMS: dict[str, set[str]] = {}
@@ -108,7 +98,7 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     # the session's first visit or a return to the page (Streamlit drops the state of widgets a run did not draw) --
     # and when the URL is no longer the one this page last wrote: the browser's Back / Forward buttons restore an
     # earlier URL and the view must follow it, not overwrite it.
-    current = upgrade_query(config_cls, {k: qp.get(k) for k in qp.keys()})   # old links: renamed settings
+    current = _params.upgrade_query(config_cls, {k: qp.get(k) for k in qp.keys()})   # old links: renamed names
     seen = st.session_state.get(_seen_key(slug))
     known = set(specs) | set(VIEW_PARAMS.get(slug, ()))
     if seen and (not any(name in current for name in specs) or any(name not in known for name in current)):
