@@ -119,7 +119,18 @@ def _old_rows(text: str) -> dict[str, str]:
     return rows
 
 
-def table(app_s: float, rows: list[dict], keep: dict[str, str] | None = None, order: list[str] | None = None) -> str:
+def _old_kernel_rows(text: str) -> list[tuple[str, str]]:
+    """(page, line) of the reference-kernel table already in the README."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0] not in ("page", "---") and not cells[0].startswith("-"):
+            out.append((cells[0], line.strip()))
+    return out
+
+
+def table(app_s: float, rows: list[dict], keep: dict[str, str] | None = None, order: list[str] | None = None,
+          keep_kernels: list[tuple[str, str]] | None = None) -> str:
     lines = [
         f"App start to home gallery rendered: **{app_s:.2f} s** median (budget 3 s).",
         "",
@@ -138,12 +149,15 @@ def table(app_s: float, rows: list[dict], keep: dict[str, str] | None = None, or
         elif keep and slug in keep:
             lines.append(keep[slug].replace(f"| {slug} |", f"| {slug} (earlier run) |", 1))
     kern = [(r["page"], k) for r in rows for k in r.get("kernels", [])]
-    if kern:
+    # with --pages, the kernel rows of pages not re-run stay as they were
+    kept_kern = [line for page, line in (keep_kernels or []) if page not in fresh]
+    if kern or kept_kern:
         lines += ["", "| page | kernel | ours (s) | reference | reference (s) | ratio ours/ref |",
                   "| --- | --- | --- | --- | --- | --- |"]
         for page, k in kern:
             lines.append(f"| {page} | {k['name']} | {k['ours_s']:.4f} | {k['ref']} | {k['ref_s']:.4f} | "
                          f"{k['ours_s'] / max(k['ref_s'], 1e-12):.2f} |")
+        lines += kept_kern
     lines += ["", f"Budgets: default run < 3 s, cache hit < 0.3 s, largest setting < 30 s, session < 1 GiB. "
               f"Measured {time.strftime('%Y-%m-%d')} with `python -m tests.bench` on {os.cpu_count()} CPU cores."]
     return "\n".join(lines)
@@ -169,8 +183,9 @@ def main() -> None:
     readme = ROOT / "README.md"
     text = readme.read_text()
     # with --pages, the other pages keep their earlier rows (marked), so the README table stays complete
-    keep = _old_rows(text.split("<!-- bench:start -->")[-1].split("<!-- bench:end -->")[0]) if wanted else None
-    md = table(app_s, rows, keep, [p.slug for p in built_papers()])
+    block = text.split("<!-- bench:start -->")[-1].split("<!-- bench:end -->")[0]
+    keep = _old_rows(block) if wanted else None
+    md = table(app_s, rows, keep, [p.slug for p in built_papers()], _old_kernel_rows(block) if wanted else None)
     print(md)
     if not args.no_readme:
         start, end = "<!-- bench:start -->", "<!-- bench:end -->"
