@@ -47,6 +47,10 @@ class Config:
                                          help="how many training tasks (drawn at random, without repeats) get a "
                                               "Langevin step before each draw of φ; any value of N or more "
                                               "updates all N tasks every step"))
+    batch: int = param(100, Int(1, 100, "Examples per task per step (minibatch b)", group="Advanced",
+                                help="each visited task's likelihood gradient is estimated from b of its examples, "
+                                     "drawn afresh every step and scaled by n/b (stochastic-gradient Langevin); "
+                                     "any value of the examples per task or more uses them all (full batch)"))
     shot_sweep: bool = param(False, Bool("Full shot sweep (k = 1, 3, 10, 30)"))
     adapter: str = param("lora", Choice(("lora", "linear"), "Adapter", widget="radio",
                                         labels=("LoRA: A and B sampled", "linear: A frozen, B sampled"),
@@ -69,9 +73,11 @@ class Config:
         return query
 
 
-# largest widget setting (all at max, shot sweep; default step diverges): 1.8 s CPU, measured 2026-12-05 (100 examples per task)
+# largest widget setting (all at max, shot sweep; default step diverges): 11.6 s wall, measured 2026-12-06 with
+# 100 examples per task and a minibatch of 99 (redrawing and re-summarising 99 rows of 100 tasks each step is the
+# costliest choice; the full batch reuses precomputed statistics and took 1.8 s, b = 50 took 4.7 s)
 HEAVY_CONFIG = Config(shots=30, n_tasks=100, n_examples=100, rank=4, components=5, iters=5000, burn=2000,
-                      tasks_per_step=100, shot_sweep=True, step=1e-05)
+                      tasks_per_step=100, batch=99, shot_sweep=True, step=1e-05)
 
 
 @dataclass
@@ -141,6 +147,29 @@ class LoraFamily:
         gA = B.transpose(0, 2, 1) @ G
         gB = G @ A.transpose(0, 2, 1)
         return ll, np.concatenate([gA.reshape(len(th), -1), gB.reshape(len(th), -1)], axis=1)
+
+
+def minibatch_loglik_grad(fam: LoraFamily, H: np.ndarray, Y: np.ndarray, b: int, rng):
+    """loglik_grad(idx, θ) for ``sgld_gibbs``: each call draws b of every visited task's n examples (without
+    repeats, independently per task and per call) and scales that batch's log-likelihood and gradient by n/b, an
+    unbiased estimate of the full-batch values. b ≥ n returns the exact full-batch function, which never touches
+    ``rng``. H [T, n, DH], Y [T, n, DY]."""
+    n = H.shape[1]
+    if int(b) < 1:
+        raise ValueError(f"minibatch size must be at least 1, got {b}")
+    if b >= n:
+        full = fam.stats(H, Y)
+        return lambda idx, th: fam.loglik_grad(th, tuple(a[idx] for a in full))
+    scale = n / b
+
+    def estimate(idx, th):
+        rows = np.argsort(rng.random((len(idx), n)), axis=1)[:, :b]        # a uniform b-subset per task
+        Hb = np.take_along_axis(H[idx], rows[..., None], axis=1)
+        Yb = np.take_along_axis(Y[idx], rows[..., None], axis=1)
+        ll, g = fam.loglik_grad(th, fam.stats(Hb, Yb))
+        return ll * scale, g * scale
+
+    return estimate
 
 
 def sgld_gibbs(loglik_grad, theta0, n_tasks, beta, sigma_phi, eps, iters, burn, warm, thin, tasks_per_step, rng,
@@ -345,7 +374,6 @@ def run(config: Config, progress=None) -> Result:
     _, Htr, Ytr = make_tasks(N, n)
     th_test, Hte, Yte = make_tasks(N_TEST, K_MAX + N_QUERY)
 
-    tr_stats = fam.stats(Htr, Ytr)
     A0 = rng.uniform(-1 / np.sqrt(DH), 1 / np.sqrt(DH), (config.rank, DH))
     B0 = rng.normal(0, 0.01, (DY, config.rank))
     theta0 = np.concatenate([A0.ravel(), B0.ravel()])
@@ -357,13 +385,15 @@ def run(config: Config, progress=None) -> Result:
         raise InputError(f"unknown adapter: {config.adapter!r}")
     with np.errstate(all="ignore"):  # a diverging chain is detected below and reported
         samples, theta_tasks, (tr_it, tr_ll, tr_sp) = sgld_gibbs(
-            lambda idx, th: fam.loglik_grad(th, tuple(a[idx] for a in tr_stats)), theta0, N, config.beta, config.sigma_phi,
+            minibatch_loglik_grad(fam, Htr, Ytr, config.batch, rng), theta0, N, config.beta, config.sigma_phi,
             config.step, config.iters, min(config.burn, config.iters - 50), warm=300, thin=5,
             tasks_per_step=config.tasks_per_step, rng=rng, progress=_span(progress, 0.0, 0.6), freeze=freeze)
     if len(samples) == 0 or not (np.all(np.isfinite(samples)) and np.all(np.isfinite(theta_tasks))
             and np.abs(samples).max() < 1e3):
+        mb = (f" With a minibatch of b = {config.batch} the gradient is scaled by n/b = {n / config.batch:.3g}, which "
+              "adds noise: a larger b also helps." if config.batch < n else "")
         raise InputError("The SGLD chain diverged (the step ε is too large for this much data per task). "
-                         "Lower the SGLD step or the examples per task.")
+                         "Lower the SGLD step or the examples per task." + mb)
     exact = {}
     if freeze is not None:
         mean, var = exact_linear_posterior(fam, A0, Htr, Ytr, config.beta, config.sigma_phi)
@@ -437,6 +467,7 @@ def run(config: Config, progress=None) -> Result:
         "mse_single": float(per["single Gaussian prior"].mean()),
         "ratio_k": float(r3), "ratio_30": float(r30), "ratio_gap": float(r30 - r3) if k <= 10 else np.nan,
         "shared_rel_err": rel, "shared_rel_err_start": rel_start, "max_mix_weight": float(gmm.pi.max()),
+        "batch_used": float(min(config.batch, n)),
     }
     if exact:
         metrics.update(exact_max_abs_z=float(np.abs(exact["z"]).max()),
