@@ -29,14 +29,16 @@ layout.paper_header(
     ),
     caveat=(
         "Small scale: a 26 k-parameter causal MLP language model (context of 6 tokens) instead of an 8B "
-        "transformer, a synthetic world instead of T-REx and C4, and projections of about 1 000 dimensions "
-        "instead of 65 536. Influence is measured by tail-patching (one AdamW step on a passage from the saved "
+        "transformer, a synthetic world instead of T-REx and C4, and projections of about 2 000 dimensions "
+        "instead of 65 536 (or none: 'Projection dim d' goes from 64 to 8 192, or the full gradients). "
+        "Influence is measured by tail-patching (one AdamW step on a passage from the saved "
         "checkpoint and optimizer state) and, when you switch it on, by leave-some-out retraining that continues "
         "training from the checkpoint for a few hundred steps without the removed passages (not a retraining "
         "from scratch). The Hessian approximation R "
         "uses the gradients of the same 240 query prompts that are then evaluated (no labels of which "
-        "passage is the source, but the same prompts). Gradients here are nearly orthogonal, so at d ≤ 1 024 "
-        "the projection noise is about as large as a typical cosine: lists move with the projection seed. "
+        "passage is the source, but the same prompts). Gradients here are nearly orthogonal, so at d ≤ 2 048 "
+        "the projection noise is about as large as a typical cosine: lists move with the projection seed "
+        "(choose 'none' for the exact scores). "
         "Claims that fail at this scale are shown as not reproduced, not tuned away."
     ),
 )
@@ -230,12 +232,17 @@ $\hat v = v / (1-\beta_2^t)$ saved with the checkpoint. TrackStar adds whitening
 
 **Projection.** Each weight matrix gradient $G$ (size $o\times i$) becomes $P_o G P_i^\top$ with seeded Gaussian
 factors ($N(0, 1/k)$ entries); bias vectors get a dense Gaussian. Sizes are shared in proportion to block size.
+"none" keeps the full gradients ($d$ = 25 647).
 
 **Whitening.** $R = \lambda\,\overline{\phi_q\phi_q^\top} + (1-\lambda)\,\overline{\phi_z\phi_z^\top} + \delta I$,
 $\delta = 0.01\,\mathrm{tr}(R)/d$. By default $\lambda$ follows the paper's appendix: with both spectra sorted
-in decreasing order, $\lambda\,\mathrm{eig}_k(R_q) = (1-\lambda)\,\mathrm{eig}_k(R_z)$ at $k \approx d\cdot 1000/65536$,
-so the query term dominates only the top ~1.5 % of directions (those the queries share). The encoding is
-$\hat\phi = R^{-1/2}\phi / \lVert R^{-1/2}\phi\rVert$ and the score $\hat\phi_q\cdot\hat\phi_z$.
+in decreasing order, $\lambda\,\mathrm{eig}_k(R_q) = (1-\lambda)\,\mathrm{eig}_k(R_z)$ at $k \approx m\cdot 1000/65536$,
+so the query term dominates only the top ~1.5 % of directions (those the queries share); $m = \min(d, n)$, the
+number of directions that the $n$ = 1 488 gradients can span. The encoding is
+$\hat\phi = R^{-1/2}\phi / \lVert R^{-1/2}\phi\rVert$ and the score $\hat\phi_q\cdot\hat\phi_z$. When $d > n$,
+$R^{-1/2}$ is applied through the $n\times n$ Gram matrix of the stacked, scaled gradients $F$ ($R - \delta I = F^\top F$):
+$R$ has eigenvalues $w + \delta$ on the row space of $F$ and $\delta$ elsewhere, which gives the same result as the
+$d\times d$ eigendecomposition without forming it.
 
 **BM25.** $\sum_{w\in q} \mathrm{idf}(w)\,\frac{f(w,z)(k_1+1)}{f(w,z) + k_1(1-b+b\,|z|/\overline{|z|})}$ with
 $k_1=1.5$, $b=0.75$, $\mathrm{idf}=\ln\frac{N-n_w+0.5}{n_w+0.5}$ (negative values floored at $0.25\times$ the mean

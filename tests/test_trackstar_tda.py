@@ -171,7 +171,8 @@ def test_whitening_identity():
 
 def test_hessian_mix_follows_the_papers_rule(ckpt, default_result):
     """λ is set as in the paper's appendix (sorted spectra of λ·R_query and (1−λ)·R_train cross at ~1.5 % of d),
-    not fixed at 0.9, and the TrackStar scores equal a numpy rebuild with that λ (eigh, damping, cosine)."""
+    not fixed at 0.9, and the TrackStar scores equal a numpy rebuild with that λ (a d × d eigh, damping, cosine;
+    at the default d the engine takes the Gram-matrix route, so this also checks that route)."""
     params, _, v, step, _ = ckpt
     w = eng.WORLD
     X, Y, M = eng.encode_passages(w)
@@ -182,7 +183,8 @@ def test_hessian_mix_follows_the_papers_rule(ckpt, default_result):
     fq, fp = pr(Gq * scale).double().numpy(), pr(Gp * scale).double().numpy()
     Rq, Rt = fq.T @ fq / len(fq), fp.T @ fp / len(fp)
     d = Rq.shape[0]
-    k = round(d * 1000 / 65536)
+    # the fraction is of the directions the gradients can span: d, or the 240 + 1 248 gradients when d is larger
+    k = round(min(d, len(fq) + len(fp)) * 1000 / 65536)
     eq, et = np.linalg.eigvalsh(Rq)[::-1], np.linalg.eigvalsh(Rt)[::-1]
     lam = et[k] / (eq[k] + et[k])
     assert default_result.metrics["lam_used"] == pytest.approx(lam, rel=1e-6)
@@ -373,3 +375,40 @@ def test_leave_some_out_measured(loo_result):
     for a, b in zip(eng.GRAD_METHODS[:-1], eng.GRAD_METHODS[1:]):
         assert m[f"loo_rung_{b}"] == pytest.approx(m[f"loo_{b}"] - m[f"loo_{a}"], abs=1e-6)
         assert m[f"loo_rung_se_{b}"] > 0
+
+
+@pytest.mark.parametrize("lam", [None, 0.3, 0.0, 1.0])
+def test_gram_route_whitening_equals_a_dense_eigh(lam):
+    """More dimensions than gradients: the Gram-matrix whitening equals (R + δI)^{-1/2} built densely in numpy,
+    and the rule's λ equals the crossing computed from the dense spectra with the fraction taken of the 80 rows."""
+    g = torch.Generator().manual_seed(0)
+    fq = torch.randn(30, 200, generator=g) * 3 + torch.randn(1, 200, generator=g)
+    fp = torch.randn(50, 200, generator=g)
+    wq, wp, lam_used, ratio = eng.whiten_lowrank(fq, fp, lam)
+    q, p = fq.double().numpy(), fp.double().numpy()
+    Rq, Rt = q.T @ q / 30, p.T @ p / 50
+    if lam is None:
+        k = round(80 * 1000 / 65536)
+        eq, et = np.linalg.eigvalsh(Rq)[::-1], np.linalg.eigvalsh(Rt)[::-1]
+        lam = et[k] / (eq[k] + et[k])
+    assert lam_used == pytest.approx(lam, rel=1e-9)
+    assert ratio == pytest.approx(np.trace(Rq) / np.trace(Rt), rel=1e-9)
+    R = lam * Rq + (1 - lam) * Rt
+    R += 0.01 * np.trace(R) / 200 * np.eye(200)
+    w, U = np.linalg.eigh(R)
+    Rih = (U / np.sqrt(w)) @ U.T
+    for got, ref in ((wq, q @ Rih), (wp, p @ Rih)):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+
+
+def test_no_projection_scores_the_full_gradients(ckpt):
+    """d = none: every parameter is a coordinate, the grad·grad scores are the raw per-example dot products, and
+    the paper's λ rule still lands on a component the query spectrum has (λ well below 1)."""
+    params, _, v, step, _ = ckpt
+    cfg = eng.Config(proj_dim=0)
+    scores, Gp, Gq, dim, (lam, _) = eng.encodings(cfg, params, v, step)
+    assert dim == sum(t.numel() for t in params.values()) == Gp.shape[1]
+    np.testing.assert_allclose(scores["grad_dot"], (Gq.double() @ Gp.double().T).numpy(), rtol=1e-4,
+                               atol=1e-6 * float(np.abs(scores["grad_dot"]).max()))
+    assert 0 < lam < 0.1
+    assert np.all(np.isfinite(scores["trackstar"])) and np.abs(scores["trackstar"]).max() <= 1 + 1e-5
