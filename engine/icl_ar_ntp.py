@@ -35,7 +35,7 @@ RHO = 0.9                  # spectral radius of every topic matrix
 T_SHIP = 16                # sequence length of the shipped grid
 WIDTH, LAYERS, HEADS = 32, 2, 2
 GRID_K = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # the spec's nine values (32 and 128 added 2026-12-06)
-TOTAL_SEQ = 2048           # compute-matched budget K * N of the shipped grid
+TOTAL_SEQ = 4096           # compute-matched budget K * N of the shipped grid (the spec's; 2048 before 2026-12-06)
 FIXED_N = 32               # the second shipped grid: N sequences per topic at every K (K * N grows with K)
 SHIP_STEPS = 1000
 # the spec's seeds 0-2; seed 2 was added on 2026-12-05 (same recipe, `train 2` and `train-fixed-n 2`): every badge kept
@@ -481,11 +481,11 @@ class Config:
                                            f"compute-matched grid in the error-vs-K plot. The claims and the bound "
                                            f"stay on the compute-matched grid, where K is the only thing that "
                                            f"changes"))
-    # the live defaults (N = 32, T = 16, 300 steps; the spec has N = 64, T = 24, 1 500 steps) are the shipped
-    # K = 64 model's data (K·N = 2048, T = 16) at a third of its steps, so a first live run retrains the model the
-    # page shows, in a few seconds; 1 500 steps at T = 24 are over the budget (see MAX_STEP_TOKENS)
-    live_N: int = param(32, Int(1, 4096, "Live: sequences per topic N", group="Live training",
-                                help="K · N is capped at 32 768 sequences; the default 32 is the shipped grid's N "
+    # the live defaults (N = 64, T = 16, 300 steps; the spec has N = 64, T = 24, 1 500 steps) are the shipped
+    # K = 64 model's data (K·N = 4096, T = 16) at under a third of its steps, so a first live run retrains the model
+    # the page shows, in a few seconds; 1 500 steps at T = 24 are over the budget (see MAX_STEP_TOKENS)
+    live_N: int = param(64, Int(1, 4096, "Live: sequences per topic N", group="Live training",
+                                help="K · N is capped at 32 768 sequences; the default 64 is the shipped grid's N "
                                      "at K = 64"))
     live_T: int = param(16, Choice((8, 12, 16, 24), "Live: sequence length T", group="Live training",
                                    help="the default 16 is the shipped grid's T"))

@@ -17,7 +17,7 @@ def res():
 def test_claims_pass_at_default(res):
     claims = eng.claims(res)
     # Excluded on purpose and shown failing on the page: the PAC-Bayes bound is valid but vacuous at this
-    # scale (its smallest value is ~13x the clip level), so the non-vacuity badge is measured and fails.
+    # scale (its smallest value is ~12x the clip level), so the non-vacuity badge is measured and fails.
     vac = [c for c in claims if c.label == eng.NONVACUOUS_LABEL]
     assert len(vac) == 1 and not vac[0].passed
     for c in claims:
@@ -219,9 +219,9 @@ def test_fixed_n_grid_is_shipped_and_behaves_like_its_data_size(res):
     ks = list(eng.GRID_K)
     shared = ks.index(eng.TOTAL_SEQ // eng.FIXED_N)
     np.testing.assert_allclose(fx.fixed_n_grid["unseen"][:, shared], res.grid_unseen[:, shared])
-    # with N = 32 per topic the small-K models see far fewer sequences than the compute-matched ones (32 vs 2048 at
+    # with N = 32 per topic the small-K models see far fewer sequences than the compute-matched ones (32 vs 4096 at
     # K = 1) and fit them closer: lower training error at every K below the shared one (measured 0.000 vs 0.189 at
-    # K = 1, 0.288 vs 0.379 at K = 16) and a larger gap to the unseen-topic error
+    # K = 1, 0.289 vs 0.388 at K = 16) and a larger gap to the unseen-topic error
     tr_f, tr_c = fx.fixed_n_grid["train"].mean(0), res.grid_train.mean(0)
     assert np.all(tr_f[:shared] < tr_c[:shared])
     gap_f = fx.fixed_n_grid["unseen"].mean(0) - tr_f
