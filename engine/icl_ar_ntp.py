@@ -32,7 +32,7 @@ USES_DEVICE = True
 SLUG = "icl-ar-ntp"
 D = 4                      # state dimension
 RHO = 0.9                  # spectral radius of every topic matrix
-T_SHIP = 16                # sequence length of the shipped grid
+T_SHIP = 24                # sequence length of the shipped grid (the spec's; 16 before 2026-12-06)
 WIDTH, LAYERS, HEADS = 32, 2, 2
 GRID_K = (1, 2, 4, 8, 16, 32, 64, 128, 256)   # the spec's nine values (32 and 128 added 2026-12-06)
 TOTAL_SEQ = 4096           # compute-matched budget K * N of the shipped grid (the spec's; 2048 before 2026-12-06)
@@ -481,14 +481,14 @@ class Config:
                                            f"compute-matched grid in the error-vs-K plot. The claims and the bound "
                                            f"stay on the compute-matched grid, where K is the only thing that "
                                            f"changes"))
-    # the live defaults (N = 64, T = 16, 300 steps; the spec has N = 64, T = 24, 1 500 steps) are the shipped
-    # K = 64 model's data (K·N = 4096, T = 16) at under a third of its steps, so a first live run retrains the model
+    # the live defaults (N = 64, T = 24, 300 steps; the spec has N = 64, T = 24, 1 500 steps) are the shipped
+    # K = 64 model's data (K·N = 4096, T = 24) at under a third of its steps, so a first live run retrains the model
     # the page shows, in a few seconds; 1 500 steps at T = 24 are over the budget (see MAX_STEP_TOKENS)
     live_N: int = param(64, Int(1, 4096, "Live: sequences per topic N", group="Live training",
                                 help="K · N is capped at 32 768 sequences; the default 64 is the shipped grid's N "
                                      "at K = 64"))
-    live_T: int = param(16, Choice((8, 12, 16, 24), "Live: sequence length T", group="Live training",
-                                   help="the default 16 is the shipped grid's T"))
+    live_T: int = param(24, Choice((8, 12, 16, 24), "Live: sequence length T", group="Live training",
+                                   help="the default 24 is the shipped grid's T"))
     live_steps: int = param(300, Int(100, 1500, "Live: training steps", step=50, group="Live training",
                                      help="steps × T is capped at 28 800 (1 200 steps at T = 24) to stay inside "
                                           "the 30 s budget"))
