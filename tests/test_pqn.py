@@ -165,3 +165,14 @@ def test_pqn_part_b_at_the_spec_env_steps():
     text = (Path(__file__).resolve().parents[1] / "pages" / "pqn.py").read_text()
     assert f"in parallel for {eng.ROLLOUT} steps" in text
     assert f"{eng.EPOCHS} epochs of {eng.MINIBATCHES} minibatches" in text
+
+
+def test_the_specs_rollout_sizes_learn_at_one_seed_of_three(monkeypatch):
+    """The page's caveat: with the spec's rollout sizes (32 steps, 2 epochs of 4 minibatches) and 60 000 env steps,
+    LayerNorm PQN reached the learning bar (greedy return ≥ 60) at one of seeds 0-2 (measured 137, 12, 34)."""
+    monkeypatch.setattr(eng, "ROLLOUT", 32)
+    monkeypatch.setattr(eng, "MINIBATCHES", 4)
+    monkeypatch.setattr(eng, "EPOCHS", 2)
+    cfg = eng.Config(run_pqn=True)
+    greedy = [eng.train_pqn(cfg, seed, layernorm=True)["greedy"] for seed in range(3)]
+    assert sum(g >= 60 for g in greedy) == 1, greedy
