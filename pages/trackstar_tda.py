@@ -90,7 +90,7 @@ c1, c2, c3, c4, c5 = st.columns(5)
 c1.metric("LM fact recall (greedy top-1)", f"{m['fact_recall']:.2f}")
 c2.metric("Parameters", f"{int(m['n_params']):,}")
 c3.metric("Training passages", f"{int(m['n_passages']):,}")
-c4.metric("Projected dimension", f"{int(m['proj_dim_actual'])}")
+c4.metric("Projected dimension", f"{int(m['proj_dim_actual']):,}" + (" (none)" if cfg.proj_dim == 0 else ""))
 c5.metric("Hessian mix λ used", f"{m['lam_used']:.4f}", help="from the paper's rule" if cfg.lam_auto else "from the slider")
 
 switches = [n for n, on in (("Adam", cfg.use_adam), ("Hessian", cfg.use_hessian), ("unit", cfg.use_unit)) if on]
