@@ -13,6 +13,17 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def _letter_share_note() -> str:
+    """'the letter before the output at k of n training seeds', counted from the retraining survey file."""
+    sv = eng.load_training_seeds()
+    if sv is None:
+        return ""
+    k = sum(bool(r["lens_middle"]) for r in sv["runs"])
+    return (f" Across the {len(sv['runs'])} training seeds of the retraining survey (`python -m "
+            f"engine.mcqa_mechanics seeds`, the shipped one included) the letter shows before the output at {k}: "
+            "at this scale the picture depends on the training run.")
+
+
 def _training_seeds_note() -> str:
     """The retraining survey behind the robustness note, from the file `python -m engine.mcqa_mechanics seeds` writes
     (lens at page seed 0)."""
@@ -131,8 +142,7 @@ else:
                if pl[LL] >= eng.LENS_BAR else
                f" The linear read-out after block {LL} finds the letter on {pl[LL]:.2f} of shuffled prompts "
                f"(slot {res.probe_slot[LL]:.2f}), the lens {res.lens_acc[LL]:.2f}.")
-            + " Retraining the same recipe at other seeds shows the letter before the output at 3 of 5 training "
-              "seeds (engine docstring): at this scale the picture depends on the training run.",
+            + _letter_share_note(),
             icon=":material/info:")
 download.download_csv(pd.DataFrame({"layer": layer_names, "lens_accuracy": res.lens_acc,
                                     "mean_rank_of_correct_letter": res.lens_rank,
