@@ -237,3 +237,17 @@ def test_page_draws_the_graph_chosen_in_the_url():
     assert any("Original graph, misaligned labels" in t for t in titles)
     at.radio(key="spectral-rewiring:rewiring").set_value("spec_min").run()
     assert at.query_params["rewiring"] in ("spec_min", ["spec_min"])
+
+
+def test_caveat_misaligned_gcn_is_near_chance(default_result):
+    """The page's caveat: on the misaligned graph every method's GCN is close to chance (1/4 with four communities;
+    measured means 0.26-0.31) and FeaSt/ComFy vs ComMa accuracy differences are smaller than the seed-to-seed spread
+    of the accuracies, which is why that claim is checked on homophily instead."""
+    res = default_result
+    acc = np.asarray(res.accuracy[1])                       # misaligned: methods x seeds
+    chance = 1 / eng.Config().n_communities
+    assert np.all(acc.mean(1) < chance + 0.1), acc.mean(1)
+    i = {m: k for k, m in enumerate(res.methods)}
+    feat = max(acc[i["feast"]].mean(), acc[i["comfy"]].mean())
+    comma = max(acc[i["comma_weaken"]].mean(), acc[i["comma_strengthen"]].mean())
+    assert abs(feat - comma) < acc.std(1).mean()

@@ -143,6 +143,9 @@ def test_attack_sweep():
         assert tpr[0] == 1.0 and z[0] > 10
         assert np.all(np.diff(z) < 0.5), z
         assert z[-1] < eng.Z_THRESHOLD and tpr[-1] < 0.05
+        # the page's caveat: at σ = 0.3 (strength 0.6) neither is reliably detected (measured z 2.1 / 1.8)
+        i = list(eng.SWEEP_STRENGTHS).index(0.6)
+        assert z[i] < eng.Z_THRESHOLD and tpr[i] <= 0.3, (name, z[i], tpr[i])
     rows = eng.run(eng.Config(sweep=True, pool=500, attack="row_deletion")).sweep
     kept = np.maximum(2, np.round(200 * (1 - 0.9 * rows["strength"]))) / 200
     for name in ("tabwak", "tabwak_star"):
