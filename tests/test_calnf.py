@@ -309,3 +309,12 @@ def test_the_earlier_recipe_makes_the_failure_comparison_a_coin_toss(monkeypatch
     monkeypatch.setattr(eng, "BALANCE_WEIGHT", 0.0)
     gaps = [eng.run(eng.Config(seed=s)).metrics["vs_failure_only"] for s in range(3)]
     assert gaps[0] > 0.3 and gaps[1] > 0.2 and gaps[2] < -0.8, gaps
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_nominal_badge_fails_at_the_seeds_the_page_names(seed):
+    """The page: at 300 steps CalNF's nominal model is still behind the plain flow's, at seeds 1 and 2 by more than
+    the first badge allows (stored by the seed survey: 0.33 and 0.19 nats against a 0.15 bar)."""
+    label = "|nominal LL(CalNF) − nominal LL(plain flow)| (nats)"
+    c = next(c for c in eng.claims(eng.run(eng.Config(seed=seed))) if c.label == label)
+    assert not c.passed and c.measured > 0.15, c.describe()
