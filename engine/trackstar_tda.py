@@ -679,8 +679,8 @@ class Config:
                                          "removed passages"))
 
 
-# largest widget setting (every switch on, leave-some-out at max, no projection): 19.0 s wall with tail-patch k = 10
-# while another job shared the 2 cores, measured 2026-12-06 (10.5 s at d = 2048)
+# largest widget setting (every switch on, leave-some-out at max, no projection, tail-patch k = 10): 24.2 s in the
+# benchmark (fresh process, idle machine, 2026-12-06); 10.5 s at d = 2048 in a quick in-process check
 HEAVY_CONFIG = Config(method="custom", proj_dim=0, tp_k=10, tp_queries=240, use_hessian=True,
                       use_adam=False, loo=True, loo_queries=40, loo_steps=300)
 
@@ -763,7 +763,7 @@ def encodings(config: Config, params: dict, v: dict, step: int, world: World = W
 
     def whiten(fq, fp, tag):
         span = len(fq) + len(fp)
-        if fq.shape[1] <= span:                  # every projection: d × d matrices, as the paper does
+        if fq.shape[1] <= span:                  # d up to the number of gradients: d × d matrices, as the paper does
             Rq, Rt = (fq.T @ fq).double() / fq.shape[0], (fp.T @ fp).double() / fp.shape[0]
             lam = paper_lambda(Rq, Rt, span=span)[0] if config.lam_auto else config.lam
             lam_used[tag + "_trace_ratio"] = float(torch.trace(Rq) / torch.trace(Rt).clamp_min(1e-300))
