@@ -10,7 +10,11 @@ fit together) fall back to the default with a visible notice; nothing raises.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import hashlib
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -24,6 +28,64 @@ VIEW_PARAMS: dict[str, set[str]] = {}
 # slug -> view-only parameter -> its default, as written in the URL (recorded by bind_view)
 VIEW_DEFAULTS: dict[str, dict[str, str]] = {}
 VIEW_SPECS: dict[str, dict[str, Any]] = {}
+
+
+# The URL entry that records which version of a page's computation a link was made with (see page_revision).
+REV_PARAM = "rev"
+
+
+def _code_tree(module_file: Path) -> ast.Module:
+    """The module's syntax tree with its docstrings dropped (comments never reach the tree)."""
+    tree = ast.parse(module_file.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def revision_of(module_file: Path, assets_dir: Path | None) -> str:
+    """Eight hex digits that change when an engine's code or its page's shipped files change.
+
+    The code is the module's syntax tree without docstrings, plus that of each sibling engine module it imports
+    (``from engine.graphs import ...``; engine/core and the registry are left out). Rewording a comment or a docstring
+    keeps the revision; any other edit (a formula, a default, a label) and any change of a byte under ``assets_dir``
+    (a retrained checkpoint, a new curve file) gives a new one. The tree's printed form can change between Python
+    versions, so a server moved to another Python version reports a new revision too.
+    """
+    h = hashlib.sha256()
+    tree = _code_tree(module_file)
+    siblings = sorted({alias.name.split(".")[1] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                       for alias in node.names if alias.name.startswith("engine.")}
+                      | {node.module.split(".")[1] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                         and node.level == 0 and (node.module or "").startswith("engine.")})
+    for name in [None, *siblings]:
+        path = module_file if name is None else module_file.parent / f"{name}.py"
+        if name in ("core", "registry") or not path.is_file() or path == module_file and name is not None:
+            continue
+        h.update(ast.dump(tree if name is None else _code_tree(path), annotate_fields=False,
+                          include_attributes=False).encode() + b"\0")
+    if assets_dir is not None and assets_dir.is_dir():
+        for f in sorted(p for p in assets_dir.rglob("*") if p.is_file()):
+            h.update(f.relative_to(assets_dir).as_posix().encode() + b"\0")
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()[:8]
+
+
+@functools.cache
+def page_revision(slug: str) -> str | None:
+    """The revision of a page's computation (``revision_of`` its engine module and assets/<slug>/), or None when
+    the slug has no engine module (a page outside the registry)."""
+    from engine.registry import PAPERS, ROOT
+    paper = next((p for p in PAPERS if p.slug == slug), None)
+    if paper is None or not paper.module:
+        return None
+    module_file = ROOT / (paper.module.replace(".", "/") + ".py")
+    if not module_file.is_file():
+        return None
+    return revision_of(module_file, ROOT / "assets" / slug)
 
 
 def widget_key(slug: str, name: str) -> str:
@@ -100,7 +162,8 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     # earlier URL and the view must follow it, not overwrite it.
     current = _params.upgrade_query(config_cls, {k: qp.get(k) for k in qp.keys()})   # old links: renamed names
     seen = st.session_state.get(_seen_key(slug))
-    known = set(specs) | set(VIEW_PARAMS.get(slug, ()))
+    rev = page_revision(slug)
+    known = set(specs) | set(VIEW_PARAMS.get(slug, ())) | ({REV_PARAM} if rev else set())
     if seen and (not any(name in current for name in specs) or any(name not in known for name in current)):
         # A URL with no settings of this page in it (the menu's link to the page, the bare entry Streamlit adds to the
         # browser history when it switches pages, or, seen under load, another page's query string arriving with
@@ -110,8 +173,11 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     from_url = any(widget_key(slug, name) not in st.session_state for name in specs) or (
         seen is not None and current != seen)
 
+    stale_link = None
     if from_url:
         st.session_state[f"{slug}::initial_qp"] = current
+        if rev and REV_PARAM in current and str(current[REV_PARAM]) != rev:
+            stale_link = "".join(c for c in str(current[REV_PARAM]) if c.isascii() and c.isalnum())[:16] or "?"
         for name in VIEW_PARAMS.get(slug, ()):
             st.session_state.pop(widget_key(slug, name), None)   # bind_view re-reads it from the URL too
         for name in current:
@@ -186,6 +252,8 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     st.session_state[last_key] = {name: getattr(cfg, name) for name in specs}
 
     params = {name: specs[name].to_str(getattr(cfg, name)) for name in specs}
+    if rev:
+        params[REV_PARAM] = rev
     for k in VIEW_PARAMS.get(slug, ()):          # view-only widgets keep their own URL entries
         if k in current:
             params[k] = current[k]
@@ -196,6 +264,10 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     if dict(qp.to_dict()) != params:
         qp.from_dict(params)
     st.session_state[_seen_key(slug)] = {k: qp.get(k) for k in qp.keys()}
+    if stale_link is not None:
+        st.info(f"This link was made with another version of this page (revision `{stale_link}`; this one is "
+                f"`{rev}`): its code or its shipped models have changed since. The link's settings are restored, "
+                "but the results may differ from what its sender saw.", icon=":material/history:")
     if notices:
         st.warning("Some link parameters could not be used:\n\n" + "\n".join(f"- {n}" for n in notices),
                    icon=":material/link_off:")
@@ -290,7 +362,10 @@ def share_link(config, container=None) -> str:
     link = f"{base}?{query}"
     with container.expander("Copy link to this view", icon=":material/link:"):
         st.code(link, language=None, wrap_lines=True)
-        st.caption("Opening this link reproduces these settings and therefore the same results.")
+        rev = page_revision(st.session_state.get(PAGE_SLUG_KEY, ""))
+        st.caption("Opening this link reproduces these settings and therefore the same results"
+                   + (f" while the page is at revision `{rev}` (its code and shipped models); a link opened on a "
+                      "later revision says so." if rev else "."))
     return query
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from components.state import REV_PARAM, page_revision, revision_of
 from engine.core.params import Float, Int, Text, defaults, random_config, to_query, widget_specs
 from engine.registry import PAPERS, ROOT, built_papers
 
@@ -320,6 +321,72 @@ def test_page_shared_link_reproduces_view(paper):
         assert spec.to_str(w.value) == query[name], name
     assert {k: at.query_params[k][0] if isinstance(at.query_params[k], list) else at.query_params[k]
             for k in query} == query
+    # the link also records the revision of the page's computation, and a link without one gets no notice
+    assert at.query_params[REV_PARAM] in (page_revision(paper.slug), [page_revision(paper.slug)])
+    assert not [i.value for i in at.info if "another version of this page" in i.value]
+
+
+def test_revision_follows_code_and_assets_but_not_comments(tmp_path):
+    engine_dir, assets = tmp_path / "engine", tmp_path / "assets" / "demo"
+    engine_dir.mkdir()
+    assets.mkdir(parents=True)
+    mod = engine_dir / "demo.py"
+    helper = engine_dir / "helper.py"
+    helper.write_text("def g(x):\n    return x + 1\n")
+    mod.write_text('"""Demo."""\nfrom engine.helper import g\nfrom engine.core import param\n\n\n'
+                   'def f(x):\n    """Twice x."""\n    return 2 * x  # doubled\n')
+    (assets / "w.bin").write_bytes(b"\x00\x01")
+    base = revision_of(mod, assets)
+    assert len(base) == 8 and int(base, 16) >= 0
+    assert revision_of(mod, assets) == base
+    # rewording comments and docstrings keeps it
+    mod.write_text('"""Demo, reworded."""\nfrom engine.helper import g\nfrom engine.core import param\n\n\n'
+                   'def f(x):\n    """Two times x."""\n    # the factor\n    return 2 * x\n')
+    assert revision_of(mod, assets) == base
+    # a changed formula, a changed sibling engine module, a changed or added asset each give a new revision
+    changed = []
+    mod.write_text(mod.read_text().replace("2 * x", "3 * x"))
+    changed.append(revision_of(mod, assets))
+    mod.write_text(mod.read_text().replace("3 * x", "2 * x"))
+    assert revision_of(mod, assets) == base
+    helper.write_text("def g(x):\n    return x + 2\n")
+    changed.append(revision_of(mod, assets))
+    helper.write_text("def g(x):\n    return x + 1\n")
+    (assets / "w.bin").write_bytes(b"\x00\x02")
+    changed.append(revision_of(mod, assets))
+    (assets / "w.bin").write_bytes(b"\x00\x01")
+    assert revision_of(mod, assets) == base
+    (assets / "sub").mkdir()
+    (assets / "sub" / "extra.json").write_text("{}")
+    changed.append(revision_of(mod, assets))
+    assert base not in changed and len(set(changed)) == len(changed)
+    # every registered page has a revision, and different engines have different ones
+    revs = {p.slug: page_revision(p.slug) for p in BUILT}
+    assert all(revs.values()) and len(set(revs.values())) == len(revs)
+
+
+def test_a_link_from_another_revision_says_so_and_keeps_its_settings():
+    paper = next(p for p in BUILT if p.slug == "dp-bandmf")
+    cls = _config_cls(paper)
+    query = to_query(_random_valid_config(cls, random.Random("stale-link")))
+    current = page_revision(paper.slug)
+    at = _open(paper, {**query, REV_PARAM: current})
+    _no_exception(at)
+    assert not [i.value for i in at.info if "another version of this page" in i.value]
+    at = _open(paper, {**query, REV_PARAM: "0123abcd" if current != "0123abcd" else "0123abce"})
+    _no_exception(at)
+    stale = [i.value for i in at.info if "another version of this page" in i.value]
+    assert len(stale) == 1 and "0123ab" in stale[0] and current in stale[0]
+    assert not _link_notices(at), _link_notices(at)
+    for name, spec in widget_specs(cls).items():
+        assert spec.to_str(_widget(at, f"{paper.slug}:{name}").value) == query[name], name
+    # the URL now carries this revision, so a link copied from here opens without the notice
+    assert at.query_params[REV_PARAM] in (current, [current])
+    # a hostile value is shown cut short and never raises
+    at = _open(paper, {**query, REV_PARAM: "<b>" + "9" * 300})
+    _no_exception(at)
+    stale = [i.value for i in at.info if "another version of this page" in i.value]
+    assert len(stale) == 1 and "9" * 17 not in stale[0]
 
 
 @pytest.mark.parametrize("paper", BUILT, ids=IDS)
