@@ -31,8 +31,10 @@ layout.paper_header(
         f"Adam with an L2 penalty, {eng.TRAIN_SETTINGS[5]['steps']:,} full-batch steps); the S3/S4 checkpoints and live training use free embeddings L, R and AdamW. "
         "Three proofs are checked: our implementation of the paper's ρ-set proof (the default) and two of our "
         "own, a character-table and a Fourier argument. The ρ-set proof needs the paper's circuit: on networks "
-        "without it (our S3/S4 checkpoints, short live training, one of four S5 seeds of the same recipe in our "
-        "checks) it certifies nothing; the paper itself reports a ≥ 95 % bound for 45 % of its models."
+        "without it (our S3/S4 checkpoints, short live training) it certifies nothing. The S5 recipe, trained afresh "
+        "at seeds 0–3 (`python -m engine.group_compact_proofs survey`), learned the circuit every time: the ρ-set "
+        "proof certified 99–100 % of the table at each seed. The paper reports a ≥ 95 % bound for 45 % of its "
+        "models, over a much larger sweep."
     ),
 )
 

@@ -32,7 +32,8 @@ layout.paper_header(
         f"{eng.TRAIN_SEEDS} seeds × {eng.TRAIN_STEPS} steps from `python -m engine.softmoe_tokenization train` "
         "(enough for every head to fit its training states), with Soft MoE's scaled ℓ2 routing normalisation (an "
         "option in the official RL code) and a LayerNorm on tokens (our addition); both can be switched off for "
-        "the live run."
+        "the live run. The live run can also learn by online RL, from the game's rewards alone (a Q(λ) learner in "
+        "the style of PQN); it needs about 20 000 game steps, a few seconds, so regression is the default."
     ),
 )
 
@@ -180,12 +181,34 @@ if res.masking is not None:
 # 6. live training
 st.subheader(f"Live training: {eng.LABELS.get(res.live['arch'], 'SoftMoE-n, per-conv tokens')}")
 lv = res.live
-charts.show(charts.lines(lv["step"], {"held-out MSE": lv["test_mse"], "greedy success": lv["success"]},
-                         title=f"One seed, {cfg.columns} columns, {lv['params']} parameters", xlabel="step"),
-            key="live")
-download.download_csv(pd.DataFrame({"step": lv["step"], "test_mse": lv["test_mse"], "success": lv["success"]}),
-                      "softmoe_live.csv")
-st.caption("A single live run is one seed on a toy task: read the comparison from the shipped curves.")
+if lv["mode"] == "rl":
+    chance = 1 / cfg.columns
+    fig = charts.lines(lv["step"], {"greedy success": lv["success"],
+                                    "training reward (ε-greedy, last 50 games)": lv["train_reward"]},
+                       title=f"Online RL, one seed, {cfg.columns} columns, {lv['params']} parameters",
+                       xlabel="environment steps")
+    fig.add_hline(y=chance, line_dash="dot", line_color="grey", annotation_text=f"chance success ({chance:.2f})")
+    charts.show(fig, key="live")
+    download.download_csv(pd.DataFrame({"env_steps": lv["step"], "greedy_success": lv["success"],
+                                        "train_reward": lv["train_reward"]}), "softmoe_live_rl.csv")
+    st.caption(
+        f"Online Q(λ) with {eng.RL_ENVS} games played in parallel: every {eng.RL_ROLLOUT} moves of each game the "
+        f"head takes {eng.RL_EPOCHS} gradient steps towards λ-returns (λ = {eng.RL_LAMBDA}) built from the rewards "
+        "and its own estimates. It never sees Q*, and it has no replay buffer and no target network (like PQN). "
+        "Exploration is ε-greedy, with ε falling from 1 to 0.05 over the first half. Greedy success is the share of "
+        "the ball and paddle starting columns where the greedy policy catches the ball; staying put succeeds at "
+        "chance. In our runs of 20 000 steps at 5 columns (seeds 0–2) the dense and flattened heads ended at "
+        "0.92–1.0, SoftMoE-4 per-conv at 0.44–0.92 and the scaled single expert at 0.4–0.8: at this toy scale the "
+        "heads that do not tokenise learn fastest, and the paper's gains are a matter of scale. One live run is "
+        "one seed.")
+else:
+    charts.show(charts.lines(lv["step"], {"held-out MSE": lv["test_mse"], "greedy success": lv["success"]},
+                             title=f"One seed, {cfg.columns} columns, {lv['params']} parameters", xlabel="step"),
+                key="live")
+    download.download_csv(pd.DataFrame({"step": lv["step"], "test_mse": lv["test_mse"], "success": lv["success"]}),
+                          "softmoe_live.csv")
+    st.caption("A single live run is one seed on a toy task: read the comparison from the shipped curves. "
+               "Choose *online RL* under *Live training* to train the head from game rewards instead of Q*.")
 
 layout.how_it_works(r"""
 **Tokens.** The encoder gives a feature map $F\in\mathbb R^{h\times w\times c}$. *per-conv*: $m=hw$ tokens of

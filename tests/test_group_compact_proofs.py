@@ -309,3 +309,18 @@ def test_rho_set_metrics_are_consistent():
     res = g.run(g.Config(method="rho-sets"))
     assert res.metrics["rho_bound"] == res.metrics["bound"]
     assert 0 <= res.metrics["rho_a_share"] <= 1 and res.rho["families"]
+
+
+def test_seed_survey_retrains_the_recipe_and_checks_every_proof():
+    """The survey behind the page's seed statement, on S3 (S5 takes about 65 s a seed: run the module's `survey`)."""
+    rows = g.seed_survey(seeds=(0, 1), n=3)
+    assert [r["seed"] for r in rows] == [0, 1]
+    G = g.symmetric_group(3)
+    st = g.TRAIN_SETTINGS[3]
+    w, _ = g.train_weights(3, st["hidden"], st["steps"], st["lr"], st["weight_decay"], seed=1)
+    acc, _ = g.brute_force(w, G)
+    assert rows[1]["accuracy"] == acc
+    for meth in g.PROOF_METHODS:
+        assert rows[1][meth] == g.compact_bound(w, G, method=meth).accuracy_bound
+        assert all(0.0 <= r[meth] <= r["accuracy"] for r in rows)      # every proof is a lower bound
+    assert all(r["equi_left"] >= 0 and r["equi_right"] >= 0 for r in rows)
