@@ -10,6 +10,12 @@ Heads on the same conv encoder: ``dense`` (flatten → MLP, the baseline), ``den
 ``softmoe4_per_conv`` (one token per pixel, 4 experts), ``softmoe4_per_feat`` (one token per channel),
 ``softmoe1_per_conv_scaled`` (one expert, 4× wider) and ``softmoe4_flatten`` (SoftMoE on one flattened token). ``python -m engine.softmoe_tokenization train``
 writes the multi-seed curves and the SoftMoE-4 weights to assets/softmoe-tokenization/.
+
+Since 2026-12-06 the spec's own setting is here too: online RL (``train_head_rl``, a PQN-style Q(λ) learner on
+parallel games that sees only rewards). The live run can use it instead of regression, and ``python -m
+engine.softmoe_tokenization train-rl`` writes RL curves of every head (100 000 game steps × 5 seeds) and RL-trained
+SoftMoE-4 weights. The spec's claims on the single scaled expert and on pruning are measured on those; the
+regression results stay on the page beside them.
 """
 
 from __future__ import annotations
@@ -108,6 +114,8 @@ class Result:
     masking: dict | None    # expert masking on the shipped SoftMoE-4 weights
     live: dict              # live training curve of one head
     metrics: dict
+    shipped_rl: dict | None = None   # online-RL curves from the training script (train-rl), None if missing
+    masking_rl: dict | None = None   # expert masking on the RL-trained SoftMoE-4 weights
 
 
 # ---------------------------------------------------------------- Catch
@@ -522,12 +530,24 @@ def load_shipped():
     return {k: z[k] for k in z.files}
 
 
-def shipped_moe4_paths() -> list:
+def load_shipped_rl():
+    """Online-RL curves written by ``train-rl``, or None."""
     from engine.core.nn import asset_path
-    return sorted(asset_path(ASSET_DIR).glob("softmoe4_per_conv_seed*.pt"))
+    curves = asset_path(ASSET_DIR) / "curves_rl.npz"
+    if not curves.exists():
+        return None
+    z = np.load(curves, allow_pickle=False)
+    return {k: z[k] for k in z.files}
 
 
-def masking_analysis(cfg: Config):
+def shipped_moe4_paths(rl: bool = False) -> list:
+    """The shipped SoftMoE-4 per-conv weights, one per seed: regression-trained, or with ``rl`` trained online."""
+    from engine.core.nn import asset_path
+    pattern = "softmoe4_per_conv_rl_seed*.pt" if rl else "softmoe4_per_conv_seed*.pt"
+    return sorted(asset_path(ASSET_DIR).glob(pattern))
+
+
+def masking_analysis(cfg: Config, rl: bool = False):
     """Prune each single expert of each shipped SoftMoE-4 (per-conv, one per training seed) after training, without
     retraining, and re-evaluate it. This test is the spec's, not the paper's: as we read the paper (and its public code
     in google/dopamine, labs/moes), it never prunes experts of a trained agent. Its evidence that experts are redundant / unspecialised comes from networks trained from scratch
@@ -543,7 +563,7 @@ def masking_analysis(cfg: Config):
     a continuous view that does not depend on argmax ties: Q-error to Q* over all states, and how far the SoftMoE
     output tokens move when the expert is removed (relative to their norm)."""
     from engine.core.nn import load_state
-    paths = shipped_moe4_paths()
+    paths = shipped_moe4_paths(rl)
     if not paths:
         return None
     torch = _torch()
@@ -621,6 +641,8 @@ def run(config: Config, progress=None) -> Result:
     counts = {a: n_params(build(a, SHIPPED_COLS)) for a in ARCHS}
     shipped = load_shipped()
     masking = masking_analysis(config)
+    shipped_rl = load_shipped_rl()
+    masking_rl = masking_analysis(config, rl=True)
     report(progress, 0.1, "training live")
     head = dict(experts=config.experts, width_scale=config.width_scale, layernorm=config.layernorm,
                 l2_routing=config.l2_routing)
@@ -647,20 +669,30 @@ def run(config: Config, progress=None) -> Result:
         # the end of training; here in greedy success (last 10 % of the shipped curves, mean over seeds)
         metrics["paper_single_expert_success_drop"] = (suc["softmoe4_per_conv"]
                                                        - suc["softmoe1_per_conv_scaled"])
-    if masking is not None:
-        metrics["mask_base_success"] = float(masking["base"].mean())
-        metrics["mask_mean_drop"] = float(masking["drop"].mean())
-        metrics["mask_worst_drop"] = float(masking["worst_drop"].mean())
-        metrics["mask_mse_base"] = float(masking["mse_base"].mean())
-        metrics["mask_mse_pruned"] = float(masking["mse_masked"].mean())
-        metrics["mask_out_change"] = float(masking["out_change"].mean())
-        metrics["mask_mse_zero"] = masking["mse_zero"]
+    for prefix, mk in (("mask_", masking), ("rl_mask_", masking_rl)):
+        if mk is not None:
+            metrics[prefix + "base_success"] = float(mk["base"].mean())
+            metrics[prefix + "mean_drop"] = float(mk["drop"].mean())
+            metrics[prefix + "worst_drop"] = float(mk["worst_drop"].mean())
+            metrics[prefix + "mse_base"] = float(mk["mse_base"].mean())
+            metrics[prefix + "mse_pruned"] = float(mk["mse_masked"].mean())
+            metrics[prefix + "out_change"] = float(mk["out_change"].mean())
+            metrics[prefix + "mse_zero"] = mk["mse_zero"]
+    if shipped_rl is not None:
+        # return of a greedy game is +1 or -1, so the mean greedy return is 2 * success - 1
+        suc_rl = final_stats(shipped_rl, "success")
+        metrics.update({f"rl_final_success_{a}": v for a, v in suc_rl.items()})
+        metrics.update({f"rl_final_return_{a}": 2 * v - 1 for a, v in suc_rl.items()})
+        r4, r1 = 2 * suc_rl["softmoe4_per_conv"] - 1, 2 * suc_rl["softmoe1_per_conv_scaled"] - 1
+        metrics["rl_single_expert_return_gap"] = r4 - r1
+        metrics["rl_tokenised_min_return"] = min(r4, r1)
     if config.live_mode == "regression":
         metrics["live_final_mse"] = float(curve["test_mse"][-1])
     metrics["live_final_success"] = float(curve["success"][-1])
     report(progress, 1.0, "done")
     return Result(anatomy=anat, degeneracy=degen, obs_image=obs[0].numpy(), param_counts=counts,
-                  shipped=shipped, masking=masking, live=live, metrics=metrics)
+                  shipped=shipped, masking=masking, live=live, metrics=metrics, shipped_rl=shipped_rl,
+                  masking_rl=masking_rl)
 
 
 def claims(result: Result) -> list[Claim]:
@@ -683,21 +715,40 @@ def claims(result: Result) -> list[Claim]:
                          label="(MSE dense − MSE SoftMoE-1) / (MSE dense − MSE SoftMoE-4)",
                          detail=f"SoftMoE-1 MSE {m['final_mse_softmoe1_per_conv_scaled']:.3f}; "
                                 "−inf when SoftMoE-4 has no gain to keep"))
-    if "mask_mean_drop" in m:
+    if "rl_single_expert_return_gap" in m:
+        # the spec's claim 2, on the online-RL curves (returns in [-1, 1]; last 10 % of 100 000 steps, 5 seeds)
+        out.append(Claim("In online RL, one scaled expert over per-conv tokens does about as well as SoftMoE-4 "
+                         "(shipped RL curves)",
+                         measured=m["rl_single_expert_return_gap"], op="<=", threshold=0.15,
+                         label="final greedy return SoftMoE-4 − SoftMoE-1 ×4 wide",
+                         detail=f"returns SoftMoE-4 {m['rl_final_return_softmoe4_per_conv']:.2f}, SoftMoE-1 "
+                                f"{m['rl_final_return_softmoe1_per_conv_scaled']:.2f}, dense "
+                                f"{m['rl_final_return_dense']:.2f} (last 10 %, all seeds)"))
+        out.append(Claim("Both tokenised heads learn the game by online RL (shipped RL curves)",
+                         measured=m["rl_tokenised_min_return"], op=">=", threshold=-0.2,
+                         label="lower final greedy return of SoftMoE-4 and SoftMoE-1 ×4 wide",
+                         detail="a return of −1 misses every ball; −0.6 is the return of standing still"))
+    prefix = "rl_mask_" if "rl_mask_mean_drop" in m else "mask_" if "mask_mean_drop" in m else None
+    if prefix:
         # The spec's test, not the paper's: the paper never prunes experts of a trained agent (see
-        # masking_analysis; its own measure, a scaled single expert vs SoftMoE-4 trained from scratch, is
-        # metrics["paper_single_expert_success_drop"], shown on the page). The spec asks for the worst case over
-        # experts; the measured value is the drop averaged over seeds and over which single expert is pruned, the
-        # worst case stays in the detail (the mean uses all 20 seed x expert prunings, the worst case one per seed;
-        # both fail at the shipped weights: 0.34 and 0.54). Threshold 0.15 (catch rate, i.e. 0.3 in return) is the
-        # spec's.
+        # masking_analysis; its own measure, a scaled single expert vs SoftMoE-4 trained from scratch, is the RL
+        # claim above and metrics["paper_single_expert_success_drop"] on the regression curves). Measured on the
+        # spec's weights, SoftMoE-4 trained by online RL (train-rl), when they are shipped; the regression-trained
+        # weights (the proxy) are the fallback and are shown on the page either way. The spec asks for the worst case
+        # over experts; the measured value is the drop averaged over seeds and over which single expert is pruned
+        # (decided before any RL weights existed), the worst case stays in the detail. On the regression weights
+        # both fail (0.34 and 0.54). Threshold 0.15 (catch rate, i.e. 0.3 in return) is the spec's.
+        which = "RL-trained" if prefix == "rl_mask_" else "regression-trained"
+        other = (f"; on the regression-trained weights the mean drop is {m['mask_mean_drop']:.2f}"
+                 if prefix == "rl_mask_" and "mask_mean_drop" in m else "")
         out.append(Claim("Experts are redundant: pruning one expert of a trained SoftMoE-4 barely changes greedy "
                          "success",
-                         measured=m["mask_mean_drop"], op="<=", threshold=0.15,
-                         label="mean drop in greedy success, one expert pruned (shipped SoftMoE-4, all seeds × experts)",
-                         detail=f"unpruned success {m['mask_base_success']:.2f}; worst expert per seed costs "
-                                f"{m['mask_worst_drop']:.2f}; Q-error to Q* {m['mask_mse_base']:.2f} → "
-                                f"{m['mask_mse_pruned']:.2f}"))
+                         measured=m[prefix + "mean_drop"], op="<=", threshold=0.15,
+                         label=f"mean drop in greedy success, one expert pruned (shipped {which} SoftMoE-4, all "
+                               "seeds × experts)",
+                         detail=f"unpruned success {m[prefix + 'base_success']:.2f}; worst expert per seed costs "
+                                f"{m[prefix + 'worst_drop']:.2f}; Q-error to Q* {m[prefix + 'mse_base']:.2f} → "
+                                f"{m[prefix + 'mse_pruned']:.2f}{other}"))
     return out
 
 
@@ -733,8 +784,40 @@ def train_script(seeds: int = TRAIN_SEEDS, steps: int = TRAIN_STEPS, archs=ARCHS
     np.savez_compressed(out_dir / "curves.npz", **data)
 
 
+RL_TRAIN_STEPS = 100_000     # the spec's shipped-curve length
+RL_TRAIN_EVALS = 50          # a curve point every 2 000 game steps
+
+
+def train_rl_script(seeds: int = TRAIN_SEEDS, steps: int = RL_TRAIN_STEPS, archs=ARCHS) -> None:
+    """Online RL (``train_head_rl``) of ``archs`` at every seed on the shipped 5-column game: greedy-success and
+    training-reward curves into curves_rl.npz, the SoftMoE-4 per-conv weights into softmoe4_per_conv_rl_seed*.pt
+    (``python -m engine.softmoe_tokenization train-rl``; about 10 minutes on one core)."""
+    from engine.core.nn import asset_path, save_state, set_cpu_threads
+    set_cpu_threads()
+    out_dir = asset_path(ASSET_DIR)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data: dict[str, np.ndarray] = {}
+    t0 = time.time()
+    for arch in archs:
+        sucs, rews = [], []
+        for s in range(seeds):
+            net, curve = train_head_rl(arch, SHIPPED_COLS, steps, s, evals=RL_TRAIN_EVALS)
+            sucs.append(curve["success"])
+            rews.append(curve["train_reward"])
+            data["step"] = curve["step"]
+            if arch == "softmoe4_per_conv":
+                save_state(net, out_dir / f"softmoe4_per_conv_rl_seed{s}.pt",
+                           extra={"cols": SHIPPED_COLS, "steps": steps, "seed": s, "training": "online RL"})
+            print(f"{arch} seed {s}: success {curve['success'][-1]:.2f} ({time.time() - t0:.0f}s)", flush=True)
+        data[f"{arch}_success"] = np.stack(sucs)
+        data[f"{arch}_train_reward"] = np.stack(rews)
+    np.savez_compressed(out_dir / "curves_rl.npz", **data)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "train":
+    if len(sys.argv) > 1 and sys.argv[1] == "train-rl":
+        train_rl_script(steps=int(sys.argv[2]) if len(sys.argv) > 2 else RL_TRAIN_STEPS)
+    elif len(sys.argv) > 1 and sys.argv[1] == "train":
         train_script(steps=int(sys.argv[2]) if len(sys.argv) > 2 else TRAIN_STEPS)
     elif len(sys.argv) > 2 and sys.argv[1] == "train-add":
         train_script(archs=tuple(sys.argv[2].split(",")), merge=True)

@@ -18,7 +18,7 @@ def default_result():
 
 def test_claims_at_default(default_result):
     cl = eng.claims(default_result)
-    assert len(cl) == 5, "shipped curves/weights missing"
+    assert len(cl) == 7, "shipped curves/weights missing"
     by_label = {c.label: c for c in cl}
     # exact mechanism claims, tokenised SoftMoE-4 beating the dense head, and the single scaled expert keeping
     # most of that gain pass
@@ -28,21 +28,23 @@ def test_claims_at_default(default_result):
     sh = eng.load_shipped()
     fin = eng.final_stats(sh)
     assert fin["softmoe4_flatten"] > 1.3 * fin["softmoe4_per_conv"]
-    # expert redundancy (claim 5) is NOT reproduced at this scale (see the page); check it is measured from the
-    # shipped weights, and the gain claim from the shipped curves
+    # the gain claim is measured from the shipped regression curves
     last = sh["step"] >= 0.9 * sh["step"][-1]
     dense = sh["dense_test_mse"][:, last].mean()
     moe4 = sh["softmoe4_per_conv_test_mse"][:, last].mean()
     assert by_label["relative held-out MSE reduction vs dense"].measured == pytest.approx((dense - moe4) / dense)
+    # the pruning badge is measured on the RL-trained weights (see test_rl_claims_recomputed_from_the_raw_file);
+    # on the regression-trained ones expert redundancy is NOT reproduced, and the page says so
     mk = default_result.masking
     assert mk["masked"].shape == (eng.TRAIN_SEEDS, 4)
-    red = cl[4]
-    assert red.measured == pytest.approx((mk["base"][:, None] - mk["masked"]).mean())   # all seeds × experts
-    assert default_result.metrics["mask_worst_drop"] == pytest.approx((mk["base"] - mk["masked"].min(1)).mean())
-    assert red.measured <= default_result.metrics["mask_worst_drop"]
-    # the page's explanation of the failing badge: it is not an argmax artefact, the continuous Q-error to Q*
+    m = default_result.metrics
+    assert m["mask_mean_drop"] == pytest.approx((mk["base"][:, None] - mk["masked"]).mean())   # all seeds × experts
+    assert m["mask_worst_drop"] == pytest.approx((mk["base"] - mk["masked"].min(1)).mean())
+    assert m["mask_mean_drop"] > 0.15 and m["mask_mean_drop"] <= m["mask_worst_drop"]
+    assert f"regression-trained weights the mean drop is {m['mask_mean_drop']:.2f}" in cl[6].detail
+    # the page's explanation of that failure: it is not an argmax artefact, the continuous Q-error to Q*
     # also blows up when an expert is pruned
-    assert default_result.metrics["mask_mse_pruned"] > 3 * default_result.metrics["mask_mse_base"]
+    assert m["mask_mse_pruned"] > 3 * m["mask_mse_base"]
 
 
 def _pruned_softmoe_by_hand(moe, x, keep):
@@ -291,7 +293,7 @@ def test_paper_single_expert_redundancy_matches_hand_loop(default_result):
     assert got == pytest.approx(want, abs=1e-9)
     # it is a shown number, not a sixth badge, and the spec's pruning badge is unchanged
     cl = eng.claims(default_result)
-    assert len(cl) == 5 and cl[4].threshold == 0.15
+    assert len(cl) == 7 and cl[6].threshold == 0.15 and cl[6].label.startswith("mean drop in greedy success")
 
 
 def test_shipped_curves_support_the_page_caption_on_width_and_tokenisation():
@@ -405,3 +407,62 @@ def test_rl_caption_untokenised_heads_learn_fastest_at_toy_scale():
     _, dense = eng.train_head_rl("dense", 5, 20000, seed=2)
     _, moe4 = eng.train_head_rl("softmoe4_per_conv", 5, 20000, seed=2)
     assert dense["success"][-1] >= 0.9 and moe4["success"][-1] <= dense["success"][-1] - 0.3
+
+
+def test_shipped_rl_curves_reproduce_with_the_script():
+    """The RL curves came from train_rl_script: rerunning its dense head at seed 0 gives the same curve, and each
+    shipped RL-trained SoftMoE-4 plays exactly as its curve's last point says."""
+    from engine.core.nn import load_state
+
+    sr = eng.load_shipped_rl()
+    assert sr is not None, "curves_rl.npz missing"
+    assert sr["step"][-1] == eng.rl_rollouts(eng.RL_TRAIN_STEPS) * eng.RL_ENVS * eng.RL_ROLLOUT
+    assert sr["softmoe4_per_conv_success"].shape == (eng.TRAIN_SEEDS, eng.RL_TRAIN_EVALS + 1)
+    _, curve = eng.train_head_rl("dense", eng.SHIPPED_COLS, eng.RL_TRAIN_STEPS, 0, evals=eng.RL_TRAIN_EVALS)
+    np.testing.assert_allclose(curve["success"], sr["dense_success"][0], atol=1e-6)
+    np.testing.assert_allclose(curve["train_reward"], sr["dense_train_reward"][0], atol=1e-6)
+    paths = eng.shipped_moe4_paths(rl=True)
+    assert len(paths) == eng.TRAIN_SEEDS and not set(paths) & set(eng.shipped_moe4_paths())
+    for s, path in enumerate(paths):
+        ck = load_state(path)
+        assert ck["extra"]["training"] == "online RL" and ck["extra"]["seed"] == s
+        net = eng.build("softmoe4_per_conv", eng.SHIPPED_COLS)
+        net.load_state_dict(ck["state"])
+        net.eval()
+        assert eng.greedy_success(net, eng.SHIPPED_COLS) == pytest.approx(sr["softmoe4_per_conv_success"][s, -1])
+
+
+def test_rl_claims_recomputed_from_the_raw_file(default_result):
+    """The two RL-curve badges and the pruning badge on the RL weights, recomputed by hand from the files."""
+    from engine.core.nn import asset_path
+
+    z = np.load(asset_path(eng.ASSET_DIR) / "curves_rl.npz")
+    last = z["step"] >= 0.9 * z["step"][-1]
+
+    def final_return(arch):
+        return float(np.mean([2 * v - 1 for row in z[f"{arch}_success"] for v in row[last]]))
+
+    cl = {c.label: c for c in eng.claims(default_result)}
+    gap = cl["final greedy return SoftMoE-4 − SoftMoE-1 ×4 wide"]
+    assert gap.measured == pytest.approx(final_return("softmoe4_per_conv") - final_return("softmoe1_per_conv_scaled"))
+    low = cl["lower final greedy return of SoftMoE-4 and SoftMoE-1 ×4 wide"]
+    assert low.measured == pytest.approx(min(final_return("softmoe4_per_conv"),
+                                             final_return("softmoe1_per_conv_scaled")))
+    mk = default_result.masking_rl
+    assert mk["masked"].shape == (eng.TRAIN_SEEDS, 4)
+    red = [c for c in cl.values() if c.label.startswith("mean drop in greedy success")]
+    assert len(red) == 1 and "RL-trained" in red[0].label
+    assert red[0].measured == pytest.approx((mk["base"][:, None] - mk["masked"]).mean())
+    assert default_result.metrics["rl_mask_worst_drop"] == pytest.approx((mk["base"] - mk["masked"].min(1)).mean())
+
+
+def test_shipped_rl_curves_support_the_page_caption():
+    """The page's caption on the RL curves: by the end every head has all but solved the game, and at 20 000 steps
+    both per-conv heads lag behind every other head."""
+    sr = eng.load_shipped_rl()
+    fin = eng.final_stats(sr, "success")
+    assert min(fin.values()) >= 0.95
+    k = int(np.argmin(np.abs(sr["step"] - 20000)))
+    at = {a: sr[f"{a}_success"][:, k].mean() for a in eng.ARCHS}
+    per_conv = ("softmoe4_per_conv", "softmoe1_per_conv_scaled")
+    assert max(at[a] for a in per_conv) < min(v for a, v in at.items() if a not in per_conv)
