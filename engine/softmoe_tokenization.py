@@ -520,10 +520,10 @@ def anatomy(cfg: Config, obs):
     return out, degeneracy
 
 
-def load_shipped():
-    """Curves and SoftMoE-4 weights written by the training script, or None."""
+def load_shipped(name: str = "curves.npz"):
+    """Curves written by the training script (``train``; ``train-rl`` writes curves_rl.npz), or None."""
     from engine.core.nn import asset_path
-    curves = asset_path(ASSET_DIR) / "curves.npz"
+    curves = asset_path(ASSET_DIR) / name
     if not curves.exists():
         return None
     z = np.load(curves, allow_pickle=False)
@@ -532,12 +532,7 @@ def load_shipped():
 
 def load_shipped_rl():
     """Online-RL curves written by ``train-rl``, or None."""
-    from engine.core.nn import asset_path
-    curves = asset_path(ASSET_DIR) / "curves_rl.npz"
-    if not curves.exists():
-        return None
-    z = np.load(curves, allow_pickle=False)
-    return {k: z[k] for k in z.files}
+    return load_shipped("curves_rl.npz")
 
 
 def shipped_moe4_paths(rl: bool = False) -> list:

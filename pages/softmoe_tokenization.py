@@ -2,7 +2,6 @@
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from components import charts, download, layout, state
@@ -11,6 +10,23 @@ from engine import softmoe_tokenization as eng
 from engine.core import Choice
 
 SLUG = "softmoe-tokenization"
+
+
+def _seed_band_chart(curves: dict, key: str, title: str, xlabel: str, ylabel: str, height: int = 380):
+    """Every head's shipped curve ``key``: mean over seeds, with the seeds' range as a band."""
+    ys = {eng.LABELS[a]: curves[f"{a}_{key}"].mean(0) for a in eng.ARCHS}
+    bands = {eng.LABELS[a]: (curves[f"{a}_{key}"].min(0), curves[f"{a}_{key}"].max(0)) for a in eng.ARCHS}
+    return charts.lines(curves["step"], ys, title=title, xlabel=xlabel, ylabel=ylabel, bands=bands, height=height)
+
+
+def _seed_table(curves: dict, keys: tuple, step_name: str) -> pd.DataFrame:
+    """The shipped curves as one column per head, quantity and seed."""
+    rows = {step_name: curves["step"]}
+    for a in eng.ARCHS:
+        for key in keys:
+            for k, row in enumerate(curves[f"{a}_{key}"]):
+                rows[f"{a}_{key}_seed{k}"] = row
+    return pd.DataFrame(rows)
 
 layout.paper_header(
     SLUG,
@@ -52,31 +68,15 @@ if res.shipped is None:
 # 1. shipped learning curves
 if res.shipped is not None:
     sh_seeds = res.shipped["dense_test_mse"].shape[0]
-    st.subheader(f"Shipped learning curves ({sh_seeds} seeds, mean and range)")
+    st.subheader(f"Shipped regression curves ({sh_seeds} seeds, mean and range)")
     sh = res.shipped
     steps = sh["step"]
     left, right = st.columns(2)
     for col, key, title, ylab in ((left, "test_mse", "Held-out MSE to Q*", "MSE"),
                                   (right, "success", "Greedy success in Catch", "fraction caught")):
-        fig = go.Figure()
-        for i, a in enumerate(eng.ARCHS):
-            y = sh[f"{a}_{key}"]
-            color = charts.COLORS[i % len(charts.COLORS)]
-            fig.add_trace(go.Scatter(x=np.r_[steps, steps[::-1]], y=np.r_[y.max(0), y.min(0)[::-1]],
-                                     fill="toself", line=dict(width=0), fillcolor=color, opacity=0.15,
-                                     showlegend=False, hoverinfo="skip"))
-            fig.add_trace(go.Scatter(x=steps, y=y.mean(0), mode="lines", name=eng.LABELS[a], line=dict(color=color)))
-        charts.themed(fig, title, 380)
-        fig.update_xaxes(title="training step")
-        fig.update_yaxes(title=ylab)
         with col:
-            charts.show(fig, key=f"shipped_{key}")
-    rows = {"step": steps}
-    for a in eng.ARCHS:
-        for key in ("test_mse", "success"):
-            for s in range(sh[f"{a}_{key}"].shape[0]):
-                rows[f"{a}_{key}_seed{s}"] = sh[f"{a}_{key}"][s]
-    download.download_csv(pd.DataFrame(rows), "softmoe_shipped_curves.csv")
+            charts.show(_seed_band_chart(sh, key, title, "training step", ylab), key=f"shipped_{key}")
+    download.download_csv(_seed_table(sh, ("test_mse", "success"), "step"), "softmoe_shipped_curves.csv")
     m = res.metrics
     if m["moe4_gain_rel"] < 0.1:
         st.info(f"Not reproduced at this scale: the 4-expert tokenised SoftMoE is only {100 * m['moe4_gain_rel']:.0f} % "
@@ -99,25 +99,11 @@ if res.shipped_rl is not None:
     sr = res.shipped_rl
     n_rl = sr["dense_success"].shape[0]
     st.subheader(f"Shipped online-RL curves ({n_rl} seeds, mean and range)")
-    fig = go.Figure()
-    for i, a in enumerate(eng.ARCHS):
-        y = sr[f"{a}_success"]
-        color = charts.COLORS[i % len(charts.COLORS)]
-        fig.add_trace(go.Scatter(x=np.r_[sr["step"], sr["step"][::-1]], y=np.r_[y.max(0), y.min(0)[::-1]],
-                                 fill="toself", line=dict(width=0), fillcolor=color, opacity=0.15,
-                                 showlegend=False, hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=sr["step"], y=y.mean(0), mode="lines", name=eng.LABELS[a], line=dict(color=color)))
-    charts.themed(fig, "Greedy success in Catch, learned from rewards (online Q(λ))", 400)
-    fig.update_xaxes(title="environment steps")
-    fig.update_yaxes(title="fraction caught")
+    fig = _seed_band_chart(sr, "success", "Greedy success in Catch, learned from rewards (online Q(λ))",
+                           "environment steps", "fraction caught", height=400)
     fig.add_hline(y=1 / eng.SHIPPED_COLS, line_dash="dot", line_color="grey", annotation_text="standing still")
     charts.show(fig, key="shipped_rl")
-    rows = {"env_steps": sr["step"]}
-    for a in eng.ARCHS:
-        for key in ("success", "train_reward"):
-            for k in range(sr[f"{a}_{key}"].shape[0]):
-                rows[f"{a}_{key}_seed{k}"] = sr[f"{a}_{key}"][k]
-    download.download_csv(pd.DataFrame(rows), "softmoe_shipped_rl_curves.csv")
+    download.download_csv(_seed_table(sr, ("success", "train_reward"), "env_steps"), "softmoe_shipped_rl_curves.csv")
     m = res.metrics
     k20 = int(np.argmin(np.abs(sr["step"] - 20000)))
     st.caption(
