@@ -63,8 +63,10 @@ class Config:
     capacity: float = param(1.0, Float(0.25, 2.0, "Capacity factor", step=0.25,
                                        help="slots per expert p = ⌈m·cf/n⌉"))
     # the spec's live default, the tokenised single expert (SoftMoE-4 until 2026-12-06; 0.97 against 0.74 s warm)
-    live_arch: str = param("softmoe1_per_conv_scaled", Choice(ARCHS + ("softmoe_n_per_conv",), "Live architecture",
-                                                       help="head trained live on this page"))
+    live_arch: str = param("softmoe1_per_conv_scaled", Choice(
+        ARCHS + ("softmoe_n_per_conv",), "Live architecture",
+        labels=tuple(LABELS[a] for a in ARCHS) + ("SoftMoE-n, per-conv tokens (n = Experts n)",),
+        help="head trained live on this page; the single expert's width follows 'Single-expert width scale'"))
     width_scale: int = param(4, Int(1, 8, "Single-expert width scale",
                                     help="hidden width of the single expert = scale × 64"))
     layernorm: bool = param(True, Bool("LayerNorm on tokens", help="our addition, not in the official code"))
