@@ -145,3 +145,75 @@ def test_learned_models():
     res = eng.run(eng.Config(model="few_shot", n_samples=256, horizon=15))
     errs = [r["model one-step RMSE"] for r in res.rounds]
     assert errs[-1] < 0.5 * errs[0]
+
+
+def test_closed_form_optimum_is_the_best_linear_policy():
+    """The check's optimum: its gain is scipy's discounted DARE solution for omega*Q + Q_R, omega*R, and on a noise-free
+    rollout of the check's length no perturbed gain earns more under omega*r + r_R (brute force over 200 gains)."""
+    gamma, omega = eng.CF["gamma"], eng.CF["omega"]
+    A, B = eng.dynamics_matrices()
+    Q, R = omega * eng.Q_BASIC + eng.Q_STAY_LOW, omega * eng.R_BASIC
+    P = scipy.linalg.solve_discrete_are(np.sqrt(gamma) * A, np.sqrt(gamma) * B, Q, R)
+    K = gamma * np.linalg.solve(R + gamma * B.T @ P @ B, B.T @ P @ A)
+    _, K_eng = eng.riccati(A, B, Q, R, gamma)
+    assert np.allclose(K_eng, K, atol=1e-8)
+    # the add-on's quadratic form is the page's stay-low reward
+    s = np.random.default_rng(1).normal(size=(5, 4))
+    assert np.allclose(eng.addon_reward("stay_low", s, None, 0.0), -np.einsum("ni,ij,nj->n", s, eng.Q_STAY_LOW, s))
+
+    def ret(G):
+        x, total, disc = eng.S0.copy(), 0.0, 1.0
+        for _ in range(eng.N_STEPS):
+            a = -G @ x
+            total += disc * float(omega * eng.basic_reward(x, a) + eng.addon_reward("stay_low", x, a, 0.0))
+            x = A @ x + B @ a
+            disc *= gamma
+        return total
+
+    best = ret(K)
+    rng = np.random.default_rng(2)
+    assert all(ret(K + 0.05 * rng.normal(size=K.shape) * np.abs(K).max()) <= best + 1e-9 for _ in range(200))
+
+
+def test_closed_form_check_anchors_and_badges():
+    """A planner that cannot move (tiny sigma, huge lambda) scores like the prior (ratio ~0); at the spec's settings
+    the two badges are measured from the check's returns, and both fail as the page says: Residual-MPPI gets under
+    0.8 of the way and Greedy-MPPI about as far (0.63 and 0.62 when measured)."""
+    still = eng.closed_form_check(sigma=1e-4, lam=1e3, n_samples=64, seeds=1)
+    assert abs(still["res_ratio"]) < 0.01 and abs(still["greedy_ratio"]) < 0.01
+    res = eng.run(eng.Config(closed_form=True))
+    cf = res.closed_form
+    mean = cf["J"].mean(1)
+    assert cf["J"].shape == (4, eng.CF["seeds"]) and mean[3] > mean[0]          # the optimum beats the prior
+    assert (mean[3] >= mean).all()                                                 # and every planner
+    cl = eng.claims(res)
+    assert len(cl) == 5
+    assert cl[3].measured == pytest.approx((mean[1] - mean[0]) / (mean[3] - mean[0]))
+    assert cl[4].measured == pytest.approx((mean[2] - mean[0]) / (mean[3] - mean[0]))
+    assert not cl[3].passed and not cl[4].passed
+    assert 0.3 < cl[3].measured < 0.8 and abs(cl[3].measured - cl[4].measured) < 0.1
+    # the first three badges are those of the run without the check
+    base = eng.claims(eng.run(eng.Config()))
+    assert [c.measured for c in cl[:3]] == [c.measured for c in base]
+
+
+def test_closed_form_check_caps_the_planner_work():
+    ok = eng.Config(n_samples=4096, horizon=16, closed_form=True)
+    assert ok.n_samples * ok.horizon == eng.CF_MAX_SAMPLE_STEPS
+    with pytest.raises(ValueError, match="closed-form check"):
+        eng.Config(n_samples=4096, horizon=17, closed_form=True)
+    eng.Config(n_samples=4096, horizon=17)          # without the check the larger cap applies
+
+
+def test_page_shows_the_closed_form_check():
+    from streamlit.testing.v1 import AppTest
+
+    from engine.registry import ROOT
+
+    at = AppTest.from_file(str(ROOT / "pages" / "residual_mppi.py"), default_timeout=180)
+    at.query_params["closed_form"] = "true"
+    at.run()
+    assert not at.exception
+    assert any("Closed-form check" in h.value for h in at.subheader)
+    assert any("Share of the way" in str(c.proto.spec) for c in at.get("plotly_chart"))
+    assert any("Prior is 0 and the optimum 1" in c.value for c in at.caption)
