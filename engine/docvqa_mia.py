@@ -38,7 +38,9 @@ class Config:
     questions: int = param(6, Int(1, 8, "Questions per document Q", help="pairs the attack aggregates over"))
     p_read: float = param(0.5, Float(0.0, 1.0, "OCR accuracy", step=0.05,
                                      help="with perfect reading the model need not memorise"))
-    n_docs: int = param(400, Int(100, 500, "Candidate documents", step=100, help="half of them are members"))
+    n_docs: int = param(400, Int(100, 2000, "Candidate documents", step=100,
+                                 help="half of them are members; with many documents the fixed-size target model "
+                                      "memorises each one less, and the attacks weaken"))
     attack_lr: float = param(0.1, Choice((0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0), "Attack step size η",
                                          widget="select_slider"))
     tau: float = param(0.1, Choice((0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0), "Fit threshold τ",
@@ -57,8 +59,10 @@ class Config:
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
-# largest widget setting (every size at its max): 3 s CPU, measured 2026-12-05
-HEAVY_CONFIG = Config(epochs=60, questions=8, n_docs=500, max_steps=1000, attack_lr=0.01)
+# largest widget setting (every size at its max): 3 s CPU at 500 documents, measured 2026-12-05; the documents slider
+# was widened to the spec's 2 000 on 2026-12-06 (7.3 s at this setting; every badge then fails: 2 000 documents
+# through the same 64-unit target, each memorised less)
+HEAVY_CONFIG = Config(epochs=60, questions=8, n_docs=2000, max_steps=1000, attack_lr=0.01)
 
 
 @dataclass

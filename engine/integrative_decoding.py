@@ -259,14 +259,15 @@ class Config:
     temperature: float = param(1.0, Float(0.3, 1.5, "Sampling temperature", step=0.1))
     snowball: float = param(0.0, Float(0.0, 0.5, "Snowball", step=0.05,
                                        help="each wrong fact already written lowers the next facts' p_true"))
-    entities: int = param(400, Int(100, 1000, "Entities (questions)", step=100))
-    reps: int = param(3, Int(1, 4, "Repetitions of the sampling"))
+    entities: int = param(400, Int(100, 2000, "Entities (questions)", step=100))
+    reps: int = param(3, Int(1, 5, "Repetitions of the sampling"))
     example: int = param(0, Int(0, 99, "Entity shown in detail"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
-# largest widget setting (every size at its max): 5.6 s CPU, measured 2026-12-05 (k = 64)
-HEAVY_CONFIG = Config(k=64, surface_forms=4, values=10, entities=1000, reps=4)
+# largest widget setting (every size at its max): 5.6 s CPU at 1 000 entities and 4 repetitions, measured 2026-12-05
+# (k = 64); widened to the spec's 2 000 entities and 5 repetitions on 2026-12-06: 13.4 s, every badge still passes
+HEAVY_CONFIG = Config(k=64, surface_forms=4, values=10, entities=2000, reps=5)
 
 
 @dataclass
