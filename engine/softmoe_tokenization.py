@@ -74,8 +74,8 @@ class Config:
                                         help="Soft MoE's normalisation: unit-norm tokens and slot parameters in the "
                                              "routing logits, times a learned scale"))
     # the live run: regression onto Q* (the proxy of the shipped curves; fast) or the spec's online RL. RL needs
-    # tens of thousands of environment steps here (at the spec's 6 000 no head beat chance in our runs), about 6 s
-    # for the default head, over the 3 s default budget: so the default is regression and RL is one click away
+    # tens of thousands of environment steps here (at the spec's 6 000 no head beat chance in our runs), 6-9 s at
+    # 20 000 for the default head, over the 3 s default budget: so the default is regression and RL is one click away
     live_mode: str = param("regression", Choice(LIVE_MODES, "Live training", widget="radio",
                                                 labels=("regression onto Q* (proxy)", "online RL: Q(λ) in the game"),
                                                 help="regression fits the closed-form Q* on a share of the states, "
@@ -86,8 +86,8 @@ class Config:
                                           "steps at the widest expert took 28-30 s here, at the 30 s budget"))
     rl_steps: int = param(20000, Int(2000, 40000, "Environment steps (RL mode)", step=2000,
                                      help="game steps played by the online RL run (the paper trains for millions); "
-                                          "wide experts, many columns or a large capacity factor allow fewer, and "
-                                          "the page then names the most that fit"))
+                                          "a wide single expert or many columns allow fewer, and the page then "
+                                          "names the most that fit"))
     columns: int = param(5, Int(3, 9, "Grid columns", help="Catch width for the live run and the anatomy view"))
     train_frac: float = param(0.5, Float(0.2, 0.9, "Training fraction of states (regression mode)", step=0.1,
                                          help="share of the Catch states whose Q* the regression run fits; the "
