@@ -330,7 +330,7 @@ def closed_form_check(progress=None, **over) -> dict:
                 report(progress, (seed + (t + 1) / N_STEPS) / c["seeds"], f"closed-form check: seed {seed + 1}")
     mean = J.mean(1)
     gap = mean[3] - mean[0]
-    return {"variants": names, "J": J, "mean": mean, "settings": c,
+    return {"variants": names, "J": J, "mean": mean, "settings": c, "share": (mean - mean[0]) / gap,
             "res_ratio": float((mean[1] - mean[0]) / gap), "greedy_ratio": float((mean[2] - mean[0]) / gap)}
 
 

@@ -91,8 +91,7 @@ with right:
 if res.closed_form is not None:
     cf = res.closed_form
     st.subheader("Closed-form check: the customised objective ω·r + r_R")
-    share = (cf["mean"] - cf["mean"][0]) / (cf["mean"][3] - cf["mean"][0])
-    fig = charts.bars(list(cf["variants"]), share, title="Share of the way from the prior to the closed-form optimum "
+    fig = charts.bars(list(cf["variants"]), cf["share"], title="Share of the way from the prior to the closed-form optimum "
                       f"(return under ω·r + r_R, mean of {cf['J'].shape[1]} noise seeds)", height=300,
                       colors=charts.COLORS[:len(cf["variants"])])
     fig.add_hline(y=0.8, line_dash="dot", line_color="grey", annotation_text="badge: Residual ≥ 0.8")

@@ -168,7 +168,6 @@ if masks:
             pruned = next(iter(masks))
         mk = masks[pruned]
         m = res.metrics
-        pre = "rl_mask_" if pruned == "rl" else "mask_"
         how = "RL-trained" if pruned == "rl" else "regression-trained"
         labels = ["none"] + [f"expert {j}" for j in range(mk["masked"].shape[1])]
         vals = np.r_[mk["base"].mean(), mk["masked"].mean(0)]
@@ -193,10 +192,11 @@ if masks:
             st.info(
                 f"On the RL-trained weights pruning one expert lowers greedy success from "
                 f"{m['rl_mask_base_success']:.2f} by {m['rl_mask_mean_drop']:.2f} on average, {verdict} the spec's "
-                f"0.15. The mean over all seeds and experts hides single prunings that cost much more: the worst "
+                f"0.15. The mean is over all seeds and experts; the worst "
                 f"expert per seed costs {m['rl_mask_worst_drop']:.2f} on average (per seed: "
                 + ", ".join(f"{d:.2f}" for d in mk["worst_drop"]) + "), so by the spec's worst-case reading the "
-                "experts are not redundant. On the regression-trained weights (choose them above) the mean drop is "
+                + ("experts are not redundant" if m["rl_mask_worst_drop"] > 0.15 else "experts are redundant too")
+                + ". On the regression-trained weights (choose them above) the mean drop is "
                 + (f"{m['mask_mean_drop']:.2f}." if "mask_mean_drop" in m else "not available."))
         elif m["mask_mean_drop"] > 0.15:
             st.info(

@@ -186,6 +186,8 @@ def test_closed_form_check_anchors_and_badges():
     mean = cf["J"].mean(1)
     assert cf["J"].shape == (4, eng.CF["seeds"]) and mean[3] > mean[0]          # the optimum beats the prior
     assert (mean[3] >= mean).all()                                                 # and every planner
+    np.testing.assert_allclose(cf["share"], (mean - mean[0]) / (mean[3] - mean[0]))
+    assert cf["share"][0] == 0 and cf["share"][3] == pytest.approx(1.0)
     cl = eng.claims(res)
     assert len(cl) == 5
     assert cl[3].measured == pytest.approx((mean[1] - mean[0]) / (mean[3] - mean[0]))
