@@ -415,7 +415,7 @@ class Config:
     live_steps: int = param(200, Int(0, 300, "Live: training steps", step=50, group="Live training",
                                      help="The shipped softmax model forms its sink after about 500 steps; "
                                           "the live budget (two models, under 30 s) stops at 300, so live runs "
-                                          "show the start of training, where the claims are expected to fail."))
+                                          "show the start of training, where the softmax-sink claims are expected to fail."))
     live_width: int = param(32, Choice((16, 32), "Live: model width d", group="Live training"))
     live_layers: int = param(1, Int(1, 2, "Live: layers", group="Live training"))
     seed: int = param(0, Int(0, 9, "Seed", help="Picks the held-out sequences (and the live models' seed)."))

@@ -33,7 +33,8 @@ layout.paper_header(
         "cannot tell left from right and the map may come out mirrored (pick the mirror-symmetric critter to "
         "see it — the error measure counts a flip as an error). The bend stretches the surface a little "
         "(the measured edge-length change is shown), so the pair is near-isometric, not exactly isometric; "
-        "the 'stretch' deformation is deliberately non-isometric and the claims are expected to fail there."
+        "the 'stretch' deformation is deliberately non-isometric and the accuracy claims are expected to fail there "
+        "(the diagonality one may still pass)."
     ),
 )
 

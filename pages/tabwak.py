@@ -48,7 +48,8 @@ layout.paper_header(
            "TabSyn's VAE, and a 50 k-parameter MLP denoiser trained by `python -m engine.tabwak train` (shipped in "
            "assets/tabwak/); decoded values are kept inside each column's real range. The noise-robustness claim is measured at σ = 0.15 column stds: our small model's "
            "inversion amplifies data-space noise, and at σ = 0.3 neither variant is reliably detected any more (mean "
-           "z about 2, below the 3.09 threshold, in the attack sweep; a test checks it)."
+           "z about 1–2 depending on the seed and pool, well below the 3.09 threshold, in the attack sweep; a test "
+           "checks it)."
            + _key_note(),
 )
 

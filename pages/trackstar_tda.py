@@ -56,8 +56,9 @@ if m["tp_trackstar"] < m["tp_adam_cos"]:
     vs = "less" if m["tp_sources"] < m["tp_grad_dot"] else "not less"
     lam_note = (f"λ follows the paper's rule (λ = {m['lam_used']:.4f} on this run). Our first version fixed λ at 0.9; "
                 f"because the query term is {m['trace_ratio_query_train']:.0f} times larger in trace than the training "
-                "term here, the query term then dominated most query directions, and tail-patch fell even lower "
-                "(switch the rule off to see)." if cfg.lam_auto else
+                "term here, the query term then dominated most query directions; tail-patch was no better (within "
+                "about one standard error of the rule's value, on either side depending on the seed; switch the rule "
+                "off to compare)." if cfg.lam_auto else
                 f"λ comes from the slider ({m['lam_used']:.2f}); switch \"λ by the paper's rule\" on for the paper's "
                 "calibration.")
     st.info(f"Not reproduced at this scale: the Hessian whitening *lowers* tail-patch influence (Δ "

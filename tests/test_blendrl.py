@@ -365,3 +365,17 @@ def test_mlp_blender_checkpoint_mixture_and_page_setting():
     base = eng.run(eng.Config(episodes=64))
     assert res.metrics["beta_far"] != pytest.approx(base.metrics["beta_far"])
     assert "MLP on the object positions" in eng.claims(res)[1].detail
+
+
+def test_page_verdicts_follow_the_measured_keep_ratios():
+    # the "paper's own kinds of change" box: at the defaults the rule blend survives "no balls" because the gate hands
+    # the empty floors to the rules; the shipped MLP blender keeps the neural side in control there and loses its
+    # progress (measured 0.64 -> 0.00), so the box must not say "matches the paper" for it
+    from tests.pagetext import page_texts
+
+    default = " ".join(page_texts("blendrl"))
+    assert "This matches the paper, but only because" in default
+    mlp = " ".join(page_texts("blendrl", {"blender": "mlp"}))
+    assert "Unlike in the paper, the blend does not keep its progress here" in mlp
+    assert "This matches the paper" not in mlp
+    assert "the shipped one hands most states to the neural side" in mlp

@@ -470,3 +470,11 @@ def test_page_draws_the_trajectories_chosen_in_the_url():
     at.radio(key="diffusion-planning:trajectories").set_value("MCSS N=12").run()
     assert at.query_params["trajectories"] in ("MCSS N=12", ["MCSS N=12"])
     assert any("MCSS N=12: success" in t for t in (c.proto.spec for c in at.get("plotly_chart")))
+
+
+def test_page_says_where_selection_falls_short():
+    # seed 0: behind only at the smallest budget; seed 3: behind at both (measured -0.25 and -0.12)
+    from tests.pagetext import page_texts
+
+    assert any("The shortfall is at the smallest budget" in t for t in page_texts("diffusion_planning"))
+    assert any("Selection is behind at both budgets" in t for t in page_texts("diffusion_planning", {"seed": "3"}))

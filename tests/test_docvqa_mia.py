@@ -201,3 +201,13 @@ def test_gradient_noise_defence_weakens_the_attacks_and_costs_memorisation(defau
     assert runs[8.0]["answer_acc_members"] < m0["answer_acc_members"]
     # σ = 0 neither clips nor adds noise: exactly the default target
     assert eng.run(eng.Config(grad_noise=0.0)).metrics["auc_white"] == m0["auc_white"]
+
+
+def test_page_deciding_sentence_follows_the_run():
+    # after 4 epochs DocMIA's 2-means decides worse than Yeom's rule (measured 0.59 / 0.53 vs 0.67): the page must
+    # not say the loss rule loses in deciding
+    from tests.pagetext import page_texts
+
+    assert any("Where the loss rule loses is in *deciding*" in t for t in page_texts("docvqa_mia"))
+    short = " ".join(page_texts("docvqa_mia", {"epochs": "4"}))
+    assert "DocMIA is not ahead on this run either" in short and "Where the loss rule loses" not in short
