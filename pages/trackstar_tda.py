@@ -29,7 +29,9 @@ layout.paper_header(
     ),
     caveat=(
         "Small scale: a 26 k-parameter causal MLP language model (context of 6 tokens) instead of an 8B "
-        "transformer, a synthetic world instead of T-REx and C4, and projections of about 2 000 dimensions "
+        "transformer (an offline check with the spec's 2-layer, 123 k-parameter transformer gave the same verdicts: "
+        "TrackStar's tail-patch gain a third of BM25's, whitening the rung that lowers it most), a synthetic world "
+        "instead of T-REx and C4, and projections of about 2 000 dimensions "
         "instead of 65 536 (or none: 'Projection dim d' goes from 64 to 8 192, or the full gradients). "
         "Influence is measured by tail-patching (one AdamW step on a passage from the saved "
         "checkpoint and optimizer state) and, when you switch it on, by leave-some-out retraining that continues "
@@ -88,7 +90,9 @@ if m["mrr_bm25"] <= m["mrr_trackstar"]:
     st.info("No misalignment at this scale: TrackStar finds the stating passages as well as BM25 does.")
 
 c1, c2, c3, c4, c5 = st.columns(5)
-c1.metric("LM fact recall (greedy top-1)", f"{m['fact_recall']:.2f}")
+c1.metric("LM fact recall (greedy top-1)", f"{m['fact_recall']:.2f}",
+          help="at most 0.76 by memorising: 57 of the 240 facts are never written in the query's own wording "
+               "(the first template), only in the other two")
 c2.metric("Parameters", f"{int(m['n_params']):,}")
 c3.metric("Training passages", f"{int(m['n_passages']):,}")
 c4.metric("Projected dimension", f"{int(m['proj_dim_actual']):,}" + (" (none)" if cfg.proj_dim == 0 else ""))
