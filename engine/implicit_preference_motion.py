@@ -353,8 +353,8 @@ def dpo_loss(lp_w, lp_l, ref_w, ref_l, beta):
 # ------------------------------------------------------------------ occupancy measure + OT
 
 # every second step: 8 times x 8 agents = 64 points (the spec takes all A x T = 128). Measured 2026-12-06 at the
-# defaults, seeds 0 / 1 / 2: all 128 points give the same verdicts (5/5, 5/5, 1/5 badges; e.g. realism ratio 0.88 vs
-# 0.87 at seed 0) and cost about 0.8 s more per default run (2.5 s vs 1.7 s warm), too close to the 3 s budget
+# defaults, seeds 0 / 1 / 2: all 128 points give the same verdicts (5/5, 5/5, 1/5 badges; second badge at seed 0: 0.884 with
+# all points, 0.869 with these) and cost about 0.8 s more per default run (2.5 s vs 1.7 s warm), too close to the 3 s budget
 OCC_STEPS = np.arange(2, HORIZON + 1, 2)
 
 
