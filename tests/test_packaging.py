@@ -55,3 +55,13 @@ def test_tab_icon_is_served_by_the_app_and_is_the_one_the_script_draws():
     assert drawn[0, 0, 3] == 0 and drawn[-1, -1, 3] == 0
     assert tuple(drawn[60, 32, :3]) == favicon.PRIMARY and drawn[60, 32, 3] == 255
     assert (drawn[..., :3].min(axis=-1) == 255).sum() > 100
+
+
+def test_readme_page_table_follows_the_registry():
+    # one row per paper: its local link, its title and the registry's one-line summary, word for word
+    from engine.registry import PAPERS
+
+    readme = (ROOT / "README.md").read_text()
+    for p in PAPERS:
+        assert f"(http://localhost:8501/{p.url_path})" in readme, p.slug
+        assert p.summary in readme, f"README's row for {p.slug} differs from the registry summary"
