@@ -731,21 +731,21 @@ def claims(result: Result) -> list[Claim]:
         # masking_analysis; its own measure, a scaled single expert vs SoftMoE-4 trained from scratch, is the RL
         # claim above and metrics["paper_single_expert_success_drop"] on the regression curves). Measured on the
         # spec's weights, SoftMoE-4 trained by online RL (train-rl), when they are shipped; the regression-trained
-        # weights (the proxy) are the fallback and are shown on the page either way. The spec asks for the worst case
-        # over experts; the measured value is the drop averaged over seeds and over which single expert is pruned
-        # (decided before any RL weights existed), the worst case stays in the detail. On the regression weights
-        # both fail (0.34 and 0.54). Threshold 0.15 (catch rate, i.e. 0.3 in return) is the spec's.
+        # weights (the proxy) are the fallback and are shown on the page either way. The measured value is the spec's
+        # "worst case over experts" with several seeds: the costliest expert of each seed, averaged over the seeds. Until 2026-12-06 the badge took the drop averaged over seeds and experts, a softer reading than
+        # the spec's (RL weights: 0.11, passes; worst case 0.31, fails); that mean stays in the detail. On the
+        # regression weights both fail (0.34 and 0.54). Threshold 0.15 (catch rate, i.e. 0.3 in return) is the spec's.
         which = "RL-trained" if prefix == "rl_mask_" else "regression-trained"
-        other = (f"; on the regression-trained weights the mean drop is {m['mask_mean_drop']:.2f}"
-                 if prefix == "rl_mask_" and "mask_mean_drop" in m else "")
-        out.append(Claim("Experts are redundant: pruning one expert of a trained SoftMoE-4 barely changes greedy "
-                         "success",
-                         measured=m[prefix + "mean_drop"], op="<=", threshold=0.15,
-                         label=f"mean drop in greedy success, one expert pruned (shipped {which} SoftMoE-4, all "
-                               "seeds × experts)",
-                         detail=f"unpruned success {m[prefix + 'base_success']:.2f}; worst expert per seed costs "
-                                f"{m[prefix + 'worst_drop']:.2f}; Q-error to Q* {m[prefix + 'mse_base']:.2f} → "
-                                f"{m[prefix + 'mse_pruned']:.2f}{other}"))
+        other = (f"; on the regression-trained weights the worst case is {m['mask_worst_drop']:.2f}"
+                 if prefix == "rl_mask_" and "mask_worst_drop" in m else "")
+        out.append(Claim("Experts are redundant: pruning even the most important expert of a trained SoftMoE-4 barely "
+                         "changes greedy success",
+                         measured=m[prefix + "worst_drop"], op="<=", threshold=0.15,
+                         label=f"drop in greedy success when the costliest expert is pruned (shipped {which} "
+                               "SoftMoE-4, mean over seeds)",
+                         detail=f"unpruned success {m[prefix + 'base_success']:.2f}; pruning one expert costs "
+                                f"{m[prefix + 'mean_drop']:.2f} on average over seeds × experts; Q-error to Q* "
+                                f"{m[prefix + 'mse_base']:.2f} → {m[prefix + 'mse_pruned']:.2f}{other}"))
     return out
 
 
