@@ -462,12 +462,13 @@ def run(config: Config, progress=None) -> Result:
     rec, maxv, norm, final, ever, w_ratio, _ = run_baird(config, rng, pa)
     lam = float(np.max(np.linalg.eigvals(expected_td_matrix(config.gamma)).real))
     m: dict[str, float] = {"linear_w_ratio": float(np.nanmin(np.where(np.isfinite(w_ratio), w_ratio, np.inf))),
-                           "lam_max": lam, "run_pqn": float(config.run_pqn)}
+                           "lam_max": lam, "run_pqn": float(config.run_pqn), "n_seeds": float(config.n_seeds)}
     for v in VARIANTS:
         fv = np.where(np.isfinite(final[v]), final[v], np.inf)
         m[f"{v}_diverged_frac"] = float(np.mean(ever[v]))
         m[f"{v}_worst"] = float(np.max(fv))
         m[f"{v}_median"] = float(np.median(fv))
+        m[f"{v}_slow"] = float(np.sum(~(fv < 0.1)))           # seeds whose final max|V| is not below 0.1
     pqn: dict = {}
     if config.run_pqn:
         from engine.core.nn import set_cpu_threads
@@ -509,9 +510,14 @@ def claims(result: Result) -> list[Claim]:
               measured=m["ln_l2_diverged_frac"], op="<=", threshold=0.0, fmt=".2f",
               label="fraction of LayerNorm + ℓ2 seeds diverged",
               detail=f"diverged = max|V| > {DIVERGE:g} or non-finite at some step"),
-        Claim("… and converges to the true value V = 0", measured=m["ln_l2_median"], op="<", threshold=0.01,
-              label="median seed's final max|V| (LayerNorm + ℓ2)",
-              detail=f"worst seed {m['ln_l2_worst']:.3g}; linear TD reaches {m['linear_median']:.3g}"),
+        # the spec's measure: the worst seed (until 2026-12-06 the badge took the median seed, < 0.01, a softer
+        # reading). Measured 2026-12-06 at width 64: worst seed 0.20 / 0.91 / 0.003 at seeds 0 / 1 / 2 (seed 1's slow
+        # run still oscillates between 0.05 and 1.1 after 5 000 steps); at width 256 and 512 every seed reaches
+        # < 1e-3 at seeds 0 and 1 -- the theory is asymptotic in the width
+        Claim("… and converges to the true value V = 0 at every seed", measured=m["ln_l2_worst"], op="<",
+              threshold=0.1, label="worst seed's final max|V| (LayerNorm + ℓ2)",
+              detail=f"median seed {m['ln_l2_median']:.3g}; {int(m['ln_l2_slow'])} of {int(m['n_seeds'])} seeds above "
+                     f"0.1; linear TD reaches {m['linear_median']:.3g}"),
         Claim("Without normalisation the same network and ℓ2 diverge", measured=m["mlp_diverged_frac"], op=">=",
               threshold=0.25, label="fraction of MLP + ℓ2 seeds diverged", fmt=".2f",
               detail=f"diverged = max|V| > {DIVERGE:g} or non-finite at some step"),
