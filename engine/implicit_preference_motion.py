@@ -536,14 +536,17 @@ def _realism(S, d, coll, off, held, n_scenes, reps, rng):
     sp_e, ac_e = exp[:, 1:, :, 2].ravel(), (np.diff(exp[..., 2], axis=1) / DT).ravel()
     ca, oa = coll.any(1), off.any(1)                                    # (B, A)
     per_scene = lambda a: a.reshape(reps, n_scenes, *a.shape[1:]).mean(0).reshape(n_scenes, -1).mean(1)  # noqa: E731
+    # failure = share of agents that collide or leave the road (the union; the spec adds the two rates, which counts
+    # an agent with both events twice -- the verdicts agree at the default, where DPA-OMF has no failure at all)
     c_s, o_s, d_s = per_scene(ca.astype(float)), per_scene(oa.astype(float)), per_scene(d)
+    f_s = per_scene((ca | oa).astype(float))
     out = {"collision": float(ca.mean()), "offroad": float(oa.mean()), "failure": float((ca | oa).mean()),
            "omf": float(d.mean()),
            "w1_speed": float(wasserstein_distance(S[:, 1:, :, 2].ravel(), sp_e)),
            "w1_accel": float(wasserstein_distance((np.diff(S[..., 2], axis=1) / DT).ravel(), ac_e))}
     boots = rng.integers(0, n_scenes, (200, n_scenes))
     err = {"collision": float(c_s[boots].mean(1).std()), "offroad": float(o_s[boots].mean(1).std()),
-           "failure": float((c_s + o_s)[boots].mean(1).std()), "omf": float(d_s[boots].mean(1).std()),
+           "failure": float(f_s[boots].mean(1).std()), "omf": float(d_s[boots].mean(1).std()),
            "w1_speed": 0.0, "w1_accel": 0.0}
     return out, err
 

@@ -63,7 +63,11 @@ FALLBACK_STEPS = 1500
 N_CALIB = 500
 N_CLAIM2 = 500
 R_SUB = 100
-CLAIM2_STRENGTH = 0.3  # claim 2: noise sigma = 0.5 * 0.3 = 0.15 column stds
+# claim 2: the spec's noise a = 0.3 column stds, i.e. attack strength 0.6 (noise sigma = 0.5 * strength). Until
+# 2026-12-06 the badges used strength 0.3 (sigma = 0.15 std), half the spec's noise, where both pass (ratio 1.77, TPR
+# 1.00); at the spec's sigma = 0.3 the ratio still passes (2.00) and TabWak*'s TPR fails (0.02)
+CLAIM2_STRENGTH = 0.6
+CLAIM2_SIGMA = 0.5 * CLAIM2_STRENGTH
 Z_THRESHOLD = 3.090232306167813  # Phi^-1(1 - 1e-3)
 Q = 0.6744897501960817  # upper quartile of N(0, 1)
 METHODS = ("tabwak_star", "tabwak", "fixed_key", "none")
@@ -408,7 +412,7 @@ def run(config: Config, progress=None) -> Result:
                            "n_rows_used": float(n_used), "checkpoint_retrained": float(retrained),
                            "score_wm_mean": float(np.nanmean(sc_wm)), "score_plain_mean": float(np.nanmean(sc_plain))}
 
-    # claim 2: noise a = 0.3 on TabWak and TabWak*
+    # claim 2: noise a = CLAIM2_SIGMA column stds on TabWak and TabWak*
     cal_tw = row_scores(h_cal, "tabwak", config.key)
     cal_tws = row_scores(h_cal, "tabwak_star", config.key)
     s_tw = row_scores(h_tw, "tabwak", config.key)
@@ -496,10 +500,10 @@ def claims(result: Result) -> list[Claim]:
               m["fpr"], "<=", 0.05, label="FPR over 100 clean sub-tables",
               detail=f"mean clean z {m['z_plain_mean']:.2f}", fmt=".2f"),
         Claim("Valid bits (TabWak*) make detection more robust to noise than plain sign bits (TabWak)",
-              m["robust_ratio"], ">=", 1.2, label="(s̄* − ½)/(s̄ − ½) under noise σ = 0.15 std",
+              m["robust_ratio"], ">=", 1.2, label=f"(s̄* − ½)/(s̄ − ½) under noise σ = {CLAIM2_SIGMA:g} std",
               detail=f"TabWak* {m['noise_score_tabwak_star']:.3f}, TabWak {m['noise_score_tabwak']:.3f}", fmt=".2f"),
         Claim("…and TabWak* still detects 200-row tables under that noise",
-              m["noise_tpr_tabwak_star"], ">=", 0.95, label="TPR of TabWak* at noise σ = 0.15 std",
+              m["noise_tpr_tabwak_star"], ">=", 0.95, label=f"TPR of TabWak* at noise σ = {CLAIM2_SIGMA:g} std",
               detail=f"TabWak: {m['noise_tpr_tabwak']:.2f}", fmt=".2f"),
         Claim("Every latent coordinate is still standard normal", m["ks_p"], ">", 0.01,
               label="KS p-value of watermarked latents vs N(0, 1)", fmt=".3f"),
