@@ -671,6 +671,9 @@ def run(config: Config, progress=None) -> Result:
             metrics[prefix + "base_success"] = float(mk["base"].mean())
             metrics[prefix + "mean_drop"] = float(mk["drop"].mean())
             metrics[prefix + "worst_drop"] = float(mk["worst_drop"].mean())
+            # drop when one of the other experts (not a seed's costliest) is pruned, mean over seeds and those experts
+            n_exp = mk["masked"].shape[1]
+            metrics[prefix + "other_drop"] = float((n_exp * mk["drop"].mean() - mk["worst_drop"].mean()) / (n_exp - 1))
             metrics[prefix + "mse_base"] = float(mk["mse_base"].mean())
             metrics[prefix + "mse_pruned"] = float(mk["mse_masked"].mean())
             metrics[prefix + "out_change"] = float(mk["out_change"].mean())

@@ -73,8 +73,7 @@ def _cfg_arm(k: float) -> str:
 
 def _shortfall() -> str:
     """Where selection falls behind, from this run's two budgets."""
-    g2 = m["success_n2"] - m["success_cfg_nfe2S"]
-    g4 = m["success_n4"] - m["success_cfg_nfe4S"]
+    g2, g4 = m["equal_nfe_gap_2S"], m["equal_nfe_gap_4S"]
     why = ("the best of few unguided plans is a weak planner, while a return-conditioned plan already heads for the "
            "goal (in our checks with 64 episodes, even picking between two unguided plans by the maze's own BFS "
            "distance stayed below one CFG plan).")

@@ -50,7 +50,7 @@ for i, (k, v) in enumerate(res.matched_acc.items()):
 fig.add_hline(y=res.full_acc, line_dash="dot", line_color="gray", annotation_text="full graph")
 charts.show(fig, key="acc-sparsity")
 _best_global = max(res.matched_acc, key=res.matched_acc.get)
-_margin = res.mog_acc - res.matched_acc[_best_global]
+_margin = res.metrics["mog_margin"]
 st.caption("Crosses: each global sparsifier at exactly the MoG graph's edge count. A global rule may win at "
            "another sparsity (e.g. cutting almost everything in the noisy region). "
            + (f"At the sparsity the router was asked for, the per-node mixture is ahead of the best global rule "

@@ -197,7 +197,7 @@ if masks:
                 f"case, so by that reading the experts are {'not ' if m['rl_mask_worst_drop'] > 0.15 else ''}"
                 f"redundant. A random single expert costs only {m['rl_mask_mean_drop']:.2f} on average (all seeds "
                 f"and experts), and pruning one of the other {_n_exp - 1} experts of a seed costs "
-                f"{(_n_exp * m['rl_mask_mean_drop'] - m['rl_mask_worst_drop']) / (_n_exp - 1):.2f} on average: the "
+                f"{m['rl_mask_other_drop']:.2f} on average: the "
                 "cost sits in one expert per seed. On the regression-trained weights "
                 "(choose them above) the worst case is "
                 + (f"{m['mask_worst_drop']:.2f}." if "mask_worst_drop" in m else "not available."))

@@ -456,6 +456,10 @@ def test_rl_claims_recomputed_from_the_raw_file(default_result):
     assert red[0].measured == pytest.approx((mk["base"] - mk["masked"].min(1)).mean())
     assert not red[0].passed
     assert default_result.metrics["rl_mask_mean_drop"] == pytest.approx((mk["base"][:, None] - mk["masked"]).mean())
+    # the page's "other experts" number: per seed, every expert but the costliest, then the mean over seeds
+    drop = mk["base"][:, None] - mk["masked"]
+    others = np.sort(drop, 1)[:, :-1].mean(1).mean()
+    assert default_result.metrics["rl_mask_other_drop"] == pytest.approx(others)
 
 
 def test_shipped_rl_curves_support_the_page_caption():
