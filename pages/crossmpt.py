@@ -20,8 +20,10 @@ layout.paper_header(
         "graph, and its attention maps are m×n instead of (n+m)² as in a full self-attention decoder."
     ),
     caveat=(
-        "Small scale: width 32 with 2 layers, trained on two CPU cores by our own script (8 000 steps for "
-        "Hamming(7,4), about 50 000 for BCH(31,16); the paper uses width 128, 6–10 layers and ~10⁶ steps). "
+        "Small scale: width 32, trained on a CPU by our own script (Hamming(7,4): 2 layers, 8 000 steps; "
+        "BCH(31,16): the spec's 4 layers, 40 000 steps, which lowered its BER at 4 dB from 0.0116 with 2 layers to "
+        "0.0083 on 50 000 validation words, next to BP's 0.0080; the paper uses width 128, 6–10 layers and ~10⁶ "
+        "steps). "
         "Only Hamming(7,4) and BCH(31,16) "
         "ship checkpoints. Live training (under *Live training*) covers Hamming(7,4) only: on a sparse LDPC(48,24) "
         "code that we built and tried, a decoder small enough to train here did not get past the hard decision "
@@ -40,7 +42,8 @@ if m["bch_ratio_bp"] > 0.8:
             f"width {res.checkpoint_info['bch']['d']:.0f}, {res.checkpoint_info['bch']['layers']:.0f} layers) "
             f"reaches BER {m['bch_ber_model']:.4f} at 4 dB, against {m['bch_ber_bp']:.4f} for BP and "
             f"{m['bch_ber_bdd']:.4f} for bounded-distance decoding. The paper's decoder is far larger and "
-            "trained for about a hundred times more samples on a GPU. The BCH badges show the measured values "
+            "trained for about a hundred times more samples on a GPU; here going from 2 to 4 layers closed most of "
+            "the gap to BP (ratio about 1.5 → 1.1), not all of it. The BCH badges show the measured values "
             "as they are; on Hamming(7,4) the claims hold.", icon=":material/info:")
 
 cur = res.curves
