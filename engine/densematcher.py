@@ -603,6 +603,10 @@ def match(cfg: Config, src: Mesh, tgt: Mesh, truth: np.ndarray | None, progress=
         xyz_ratio=(ef / ex) if (geo is not None and ex > 0) else np.nan,
         diag_mass=diagonal_mass(np.abs(C_init), band), diag_band=float(band),
         diag_mass_final=diagonal_mass(np.abs(C[:k, :k]), band),
+        # the k x k functional map that the final point-to-point correspondence induces: near-diagonal only when the
+        # correspondence is right (the initial C is near-diagonal by construction of its Laplacian term, whatever the
+        # descriptors: shuffled target descriptors still give 0.95 there, and C = I gives 1)
+        diag_mass_p2p=diagonal_mass(np.abs(fmap_from_p2p(T, ph1, ph2, m2, k, k)), band),
         coverage_init=c0, coverage_final=cf,
         acc_at_5=float((err_final <= 0.05).mean()) if geo is not None else np.nan,
         acc_at_5_xyz=float((err_xyz <= 0.05).mean()) if geo is not None else np.nan,
@@ -1131,13 +1135,18 @@ def claims(result: Result) -> list[Claim]:
             "The functional map beats matching each target vertex to the nearest source vertex in xyz.",
             measured=m["xyz_ratio"], op="<=", threshold=0.6, label="error / xyz-baseline error",
             detail=f"xyz nearest neighbour: {m['err_xyz']:.3f}"))
+    # Measured on the map that the final correspondence induces (until 2026-12-06: on the initial C, which its
+    # Laplacian-commutativity term makes near-diagonal whatever the descriptors, so the badge could not fail).
+    # Measured 2026-12-06 at the defaults: 0.967 (seeds 1-3: 0.964-0.976); with the target's descriptors shuffled
+    # 0.415, with C forced to the identity 0.68-0.76 (eigenvector signs), with the non-isometric 'stretch' 0.54.
     out.append(Claim(
         "For a near-isometric pair the functional map is close to diagonal (eigenfunctions map to "
         "eigenfunctions of the same frequency).",
-        measured=m["diag_mass"], op=">=", threshold=0.6, label=f"share of |C|² within {int(m['diag_band'])} of "
-                                                               "the diagonal",
-        detail="initial k×k map; a random orthogonal map scores about "
-               f"{(2 * m['diag_band'] + 1) / m['k']:.2f}"))
+        measured=m["diag_mass_p2p"], op=">=", threshold=0.85,
+        label=f"share of |C|² within {int(m['diag_band'])} of the diagonal",
+        detail="k×k map induced by the final point-to-point correspondence; a random orthogonal map scores about "
+               f"{(2 * m['diag_band'] + 1) / m['k']:.2f}; the initial map from the descriptors scores "
+               f"{m['diag_mass']:.2f}"))
     return out
 
 

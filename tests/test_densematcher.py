@@ -54,6 +54,24 @@ def test_claims_can_fail():
     assert not eng.claims(rs)[0].passed
 
 
+def test_diagonality_badge_fails_for_a_wrong_correspondence(monkeypatch):
+    # the badge reads the map induced by the final correspondence: with the target's descriptors shuffled the
+    # matching breaks and the badge fails (measured 0.415), although the initial C stays near-diagonal (0.948) because
+    # of its Laplacian-commutativity term (what the badge used to read, so it could not fail)
+    orig, calls = eng.descriptors, [0]
+
+    def shuffled(*a, **k):
+        F = orig(*a, **k)
+        calls[0] += 1
+        return F[np.random.default_rng(0).permutation(len(F))] if calls[0] == 2 else F
+
+    monkeypatch.setattr(eng, "descriptors", shuffled)
+    r = eng.run(eng.Config())
+    diag = eng.claims(r)[-1]
+    assert diag.label.startswith("share of |C|²") and not diag.passed, diag.describe()
+    assert r.metrics["diag_mass"] > 0.85 and r.metrics["err_final"] > 0.2
+
+
 # ---------------------------------------------------------------------------------- independent checks
 
 def test_sphere_spectrum_matches_l_l_plus_1():
