@@ -1033,10 +1033,13 @@ def claims(result: Result) -> list[Claim]:
               "the multiplication table", measured=m["bound"], op=">=", threshold=0.5,
               label="certified accuracy", fmt=".3f",
               detail=f"{label}, τ = explanation threshold; true accuracy {m['accuracy']:.3f}"),
-        Claim("The bound is a true lower bound: it never exceeds the brute-force accuracy",
-              measured=m["gap"], op=">=", threshold=0.0, label="accuracy − bound", fmt=".3f",
-              detail=f"smallest (true − certified) margin over all {result.order ** 2} inputs: "
-                     f"{m['slack_min']:.3g} (≥ 0 on every input)"),
+        # input by input (until 2026-12-06 the badge compared the totals, accuracy − bound, which any bound passes
+        # when the network is 100 % accurate); the tolerance covers float rounding where the bound is exact
+        Claim("The bound is a true lower bound: on every input the certified logit margin is at most the true one",
+              measured=m["slack_min"], op=">=", threshold=-1e-6, label="smallest (true − certified) margin",
+              fmt=".3g",
+              detail=f"over all {result.order ** 2} inputs; accuracy − bound {m['gap']:.3f} (true accuracy "
+                     f"{m['accuracy']:.3f}, certified {m['bound']:.3f})"),
         Claim(f"Checking the proof costs fewer operations than brute force on {g}",
               measured=m["speedup_ops"], op=">", threshold=1.0, label="brute-force ops / proof ops", fmt=".2f",
               detail=f"{m['flops_proof']:.3g} vs {m['flops_brute']:.3g} counted operations; measured time "

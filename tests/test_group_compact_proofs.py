@@ -324,3 +324,23 @@ def test_seed_survey_retrains_the_recipe_and_checks_every_proof():
         assert rows[1][meth] == g.compact_bound(w, G, method=meth).accuracy_bound
         assert all(0.0 <= r[meth] <= r["accuracy"] for r in rows)      # every proof is a lower bound
     assert all(r["equi_left"] >= 0 and r["equi_right"] >= 0 for r in rows)
+
+
+def test_soundness_badge_fails_for_an_overstated_bound(monkeypatch):
+    # the badge checks the bound input by input: a proof that overstates the certified margin on a single input
+    # fails it, although the totals (accuracy - bound) could still look fine
+    import dataclasses
+
+    orig = g.compact_bound
+
+    def overstated(*a, **k):
+        p = orig(*a, **k)
+        mb = p.margin_bound.copy()
+        i = np.unravel_index(np.argmin(mb), mb.shape)
+        mb[i] += 1e3                                   # one input certified far beyond its true margin
+        return dataclasses.replace(p, margin_bound=mb)
+
+    monkeypatch.setattr(g, "compact_bound", overstated)
+    r = g.run(g.Config())
+    sound = next(c for c in g.claims(r) if c.label == "smallest (true − certified) margin")
+    assert not sound.passed, sound.describe()
