@@ -664,6 +664,7 @@ def run(config: Config, progress=None) -> Result:
 SINK_BAR = 0.5  # trained softmax model: at least half the heads are sink heads (the untrained model: 0)
 SIGMOID_BAR = 0.1  # sigmoid without normalisation: at most one head in ten
 RISE_BAR = 0.4  # sink score gained between the first and last training snapshot
+LOSS_RATIO_BAR = 1.05  # the sigmoid model trains as well as the softmax one
 
 
 def claims(result: Result):
@@ -685,6 +686,15 @@ def claims(result: Result):
               detail=f"raw sigmoid weights on the first token; total weight per row {m['sigmoid_mass_other']:.3f} "
                      f"at non-trigger queries vs {m['sigmoid_mass_trigger']:.3f} at triggers. Divided by their "
                      f"row sums the scores give {m['sink_sigmoid_norm']:.2f}", fmt=".2f"),
+        # the sink-free badge above is easy at initialisation (raw sigmoid weights start near 1/32), so it counts only
+        # for a sigmoid model that learned the task: its final loss must match the softmax model's (untrained: about
+        # 1.8 times it)
+        Claim("…and the sigmoid model learns the task as well as the softmax one, so the missing sink is not a "
+              "missing skill.",
+              measured=m["final_loss_sigmoid"] / m["final_loss_softmax"], op="<=", threshold=LOSS_RATIO_BAR,
+              label="final loss, sigmoid / softmax",
+              detail=f"{m['final_loss_sigmoid']:.3f} vs {m['final_loss_softmax']:.3f} (mean of the last 50 logged "
+                     "steps)", fmt=".3f"),
         Claim("The sink emerges during training: the sink score rises from the untrained model to the end "
               "of training.",
               measured=m["sink_rise"], op=">=", threshold=RISE_BAR, label="sink score, last − first snapshot",

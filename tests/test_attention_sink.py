@@ -27,6 +27,16 @@ def test_untrained_model_fails_the_sink_bar(res):
     assert res.metrics["sink_softmax"] - res.metrics["sink_untrained"] >= eng.RISE_BAR
 
 
+def test_sigmoid_badges_can_fail(res):
+    """The sink-free badge reads raw sigmoid weights: the same weights divided by their row sums (a normalised
+    sigmoid, the paper's case where the sink comes back) fail it; and the trained-as-well badge is one an untrained
+    model fails (its loss, the first logged steps', is far above the softmax model's final one)."""
+    assert res.metrics["sink_sigmoid_norm"] > eng.SIGMOID_BAR
+    assert res.metrics["sink_sigmoid"] <= eng.SIGMOID_BAR
+    first = float(np.mean(np.asarray(res.loss_sigmoid)[:5]))
+    assert first / res.metrics["final_loss_softmax"] > eng.LOSS_RATIO_BAR
+
+
 def test_checkpoints_exist_and_are_small():
     for attn, snaps in (("softmax", eng.SOFTMAX_SNAPS), ("sigmoid", eng.SIGMOID_SNAPS)):
         for s in snaps:
