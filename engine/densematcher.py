@@ -292,7 +292,10 @@ def laplacian_eigs(W: sp.csr_matrix, M: sp.csr_matrix, k: int) -> tuple[np.ndarr
     n = W.shape[0]
     k = int(min(k, n - 2))
     try:
-        evals, evecs = eigsh(W, k=k, M=M, sigma=-1e-2, which="LM", tol=1e-8)
+        # a fixed start vector: without one ARPACK draws it from a generator whose state carries over between calls
+        # in a process, so signs (and bases of repeated eigenvalues) would depend on what ran before
+        v0 = np.random.default_rng(0).standard_normal(n)
+        evals, evecs = eigsh(W, k=k, M=M, sigma=-1e-2, which="LM", tol=1e-8, v0=v0)
     except (ArpackNoConvergence, ArpackError, RuntimeError) as e:  # pragma: no cover - rare
         raise InputError(f"the Laplacian eigensolver did not converge on this mesh ({e})") from None
     order = np.argsort(evals)

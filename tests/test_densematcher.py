@@ -74,6 +74,18 @@ def test_diagonality_badge_fails_for_a_wrong_correspondence(monkeypatch):
 
 # ---------------------------------------------------------------------------------- independent checks
 
+def test_eigenvectors_do_not_depend_on_earlier_solver_calls():
+    # the same mesh solved twice, with another eigen-solve in between, gives the same vectors (signs included), so a
+    # shared link reproduces the same maps in a long-running server
+    u = eng.fibonacci_sphere(400)
+    W, M = eng.cotan_laplacian(u, eng.sphere_triangulation(u))
+    _, a = eng.laplacian_eigs(W, M, 12)
+    u2 = eng.fibonacci_sphere(300)
+    eng.laplacian_eigs(*eng.cotan_laplacian(u2, eng.sphere_triangulation(u2)), 8)
+    _, b = eng.laplacian_eigs(W, M, 12)
+    np.testing.assert_array_equal(a, b)
+
+
 def test_sphere_spectrum_matches_l_l_plus_1():
     """Unit-sphere Laplace-Beltrami eigenvalues are l(l+1) with multiplicity 2l+1."""
     u = eng.fibonacci_sphere(1200)
