@@ -89,10 +89,40 @@ def test_generated_regions_have_the_requested_homophily():
 
 
 def test_page_caption_follows_the_matched_comparison():
-    # with noisy features the feature rule ties the mixture at its own sparsity (measured 0.905 / 0.905): the caption
-    # must say so instead of claiming the mixture keeps the right edges
+    # with less noisy features the feature rule nearly ties the mixture at its own sparsity (measured 0.905 vs 0.900,
+    # below the badge's 0.02): the caption must say so instead of claiming the mixture keeps the right edges
     from tests.pagetext import page_texts
 
     assert any("the per-node mixture is ahead of the best global rule" in t for t in page_texts("mixture_of_graphs"))
     noisy = " ".join(page_texts("mixture_of_graphs", {"feature_noise": "0.3"}))
-    assert "the per-node mixture is not ahead at its own sparsity" in noisy
+    assert "the per-node mixture is not clearly ahead at its own sparsity" in noisy
+
+
+def test_local_rule_badge_needs_the_per_node_choice(monkeypatch):
+    # a router that sends every node to the same expert is one per-node rule: the badge against the best per-node
+    # rule must fail for it (the badge against global rules does not tell them apart: measured +0.023 for it)
+    orig = eng.train_router
+    one = eng.EXPERTS.index(("feature", 0.2))
+
+    def degenerate(*a, **k):
+        G, loss, route = orig(*a, **k)
+        G = np.zeros_like(G)
+        G[:, one] = 1.0
+        return G, loss, route
+
+    monkeypatch.setattr(eng, "train_router", degenerate)
+    r = eng.run(eng.Config())
+    local = next(c for c in eng.claims(r) if c.label == "MoG accuracy − best per-node rule accuracy")
+    assert not local.passed, local.describe()
+
+
+def test_local_sparsify_matches_the_edge_count():
+    rng = np.random.default_rng(0)
+    A, X, _, _ = eng.make_graph(eng.Config(n_nodes=400), rng)
+    dst, src = eng.directed_edges(A)
+    sc = eng.edge_scores(A, X, src, dst)
+    n_edges = eng.edge_list(A).shape[0]
+    for target in (int(0.3 * n_edges), int(0.6 * n_edges)):
+        g = eng.local_sparsify(A, dst, src, sc["jaccard"], target)
+        assert abs(eng.edge_list(g).shape[0] - target) <= 0.03 * n_edges
+        assert (g - g.multiply(A)).count_nonzero() == 0            # a subgraph of A
