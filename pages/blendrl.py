@@ -71,7 +71,7 @@ if cfg.blender == "mlp":
                "layout).")
             + " The rule blender's gate is fixed by its two rules and only weighted by training.",
             icon=":material/info:")
-elif not m["keep_progress_blend"] >= 0.7:
+elif not m["keep_progress_blend"] >= eng.KEEP_BAR:
     rs, rm = m["reflex_progress"]
     st.info("Not reproduced: under the mirrored layout the blend keeps only "
             f"{m['keep_progress_blend']:.2f} of its progress (success {tb['blend']['standard']['success']:.2f} → "
@@ -99,12 +99,12 @@ def _relocated_verdict() -> str:
     rel, mir = m["paper_keep"]["relocated ladders"]["blend"]["progress"], m["keep_progress_blend"]
     if not (np.isfinite(rel) and np.isfinite(mir)):
         return "Whether the blend breaks cannot be compared here (no progress on the standard layout)."
-    if rel < 0.7 and mir < 0.7:
+    if rel < eng.KEEP_BAR and mir < eng.KEEP_BAR:
         return ("That is the same failure as under mirroring, so the failure does not come from reflecting the "
                 "whole game.")
-    if rel >= 0.7 and mir < 0.7:
+    if rel >= eng.KEEP_BAR and mir < eng.KEEP_BAR:
         return "Unlike under mirroring, the blend survives this milder change."
-    if rel >= 0.7:
+    if rel >= eng.KEEP_BAR:
         return "The blend survives this change, as it survives mirroring."
     return "The blend fails this change although it survives mirroring."
 
@@ -112,7 +112,7 @@ def _relocated_verdict() -> str:
 def _no_balls_verdict() -> str:
     keep = m["paper_keep"]["no balls"]["blend"]["progress"]
     rules = 1 - tb["blend"]["no balls"]["neural_share"]
-    if np.isfinite(keep) and keep >= 0.7:
+    if np.isfinite(keep) and keep >= eng.KEEP_BAR:
         if rules >= 0.5:
             return ("This matches the paper, but only because the change removes what the gate hands to the "
                     f"neural side: with no ball nearby the gate gives control to the rules in {rules:.0%} of the "

@@ -77,14 +77,14 @@ def _shortfall() -> str:
     why = ("the best of few unguided plans is a weak planner, while a return-conditioned plan already heads for the "
            "goal (in our checks with 64 episodes, even picking between two unguided plans by the maze's own BFS "
            "distance stayed below one CFG plan).")
-    if g2 < -0.05 and g4 < -0.05:
+    if g2 < -eng.EQUAL_NFE_SLACK and g4 < -eng.EQUAL_NFE_SLACK:
         return f"Selection is behind at both budgets ({g2:+.2f} and {g4:+.2f}): " + why
     if g2 < g4:
         return f"The shortfall is at the smallest budget ({g2:+.2f}, then {g4:+.2f}): " + why
     return f"The shortfall is at the larger budget ({g4:+.2f}, after {g2:+.2f} at the smaller one)."
 
 
-if m["equal_nfe_gap"] < -0.05:
+if m["equal_nfe_gap"] < -eng.EQUAL_NFE_SLACK:
     st.info(f"**Selection vs guidance at equal compute does not reproduce here.** With the same number of denoiser "
             f"passes per decision, CFG at its best weight (w = {m['cfg_best_w']:g}) is ahead on average (mean gap "
             f"MCSS − CFG {m['equal_nfe_gap']:+.2f}): "

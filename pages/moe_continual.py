@@ -82,8 +82,8 @@ for col, key, title, ylabel in ((left, "G", "Overall generalisation error G_t", 
     fig = charts.lines(rounds[keep], ys, title=title, xlabel="round t", ylabel=ylabel, bands=bands, log_y=True)
     if 0 in moe_shown and np.any(tf > 0):
         # median over the runs the rule froze (all of them would leave no line whenever one run never froze)
-        fig.add_vline(x=float(np.median(tf[tf > 0])), line_dash="dot", line_color="gray",
-                      annotation_text=f"median freeze T₁ ({int(np.sum(tf > 0))} of {tf.size} runs froze)")
+        # the count of frozen runs is in the caption above; a longer label runs past a narrow chart's edge
+        charts.ref_line(fig, x=float(np.median(tf[tf > 0])), text="median T₁", line_dash="dot", line_color="gray")
     with col:
         charts.show(fig, key=f"curve-{key}")
 st.caption("Lines: median over seeds; shaded: inter-quartile range. A round where a drawn value is 0 is left off, "

@@ -188,20 +188,20 @@ if masks:
         download.download_csv(download.matrix_frame(mk["mass"], "seed", "expert", "combine_mass"),
                               f"softmoe_expert_usage_{pruned}.csv", key="dl-softmoe-usage")
         if pruned == "rl":
-            verdict = "within" if m["rl_mask_worst_drop"] <= 0.15 else "above"
+            verdict = "within" if m["rl_mask_worst_drop"] <= eng.PRUNE_BAR else "above"
             _n_exp = mk["masked"].shape[1]
             st.info(
                 f"On the RL-trained weights pruning the costliest expert of each seed lowers greedy success from "
                 f"{m['rl_mask_base_success']:.2f} by {m['rl_mask_worst_drop']:.2f} on average over the seeds (per seed: "
-                + ", ".join(f"{d:.2f}" for d in mk["worst_drop"]) + f"), {verdict} the spec's 0.15 for the worst "
-                f"case, so by that reading the experts are {'not ' if m['rl_mask_worst_drop'] > 0.15 else ''}"
+                + ", ".join(f"{d:.2f}" for d in mk["worst_drop"]) + f"), {verdict} the spec's {eng.PRUNE_BAR:g} for the worst "
+                f"case, so by that reading the experts are {'not ' if m['rl_mask_worst_drop'] > eng.PRUNE_BAR else ''}"
                 f"redundant. A random single expert costs only {m['rl_mask_mean_drop']:.2f} on average (all seeds "
                 f"and experts), and pruning one of the other {_n_exp - 1} experts of a seed costs "
                 f"{m['rl_mask_other_drop']:.2f} on average: the "
                 "cost sits in one expert per seed. On the regression-trained weights "
                 "(choose them above) the worst case is "
                 + (f"{m['mask_worst_drop']:.2f}." if "mask_worst_drop" in m else "not available."))
-        elif m["mask_mean_drop"] > 0.15:
+        elif m["mask_worst_drop"] > eng.PRUNE_BAR:
             st.info(
                 "Not reproduced on these weights, and not an artefact of the 0/1 success metric. Pruning one expert "
                 f"lowers greedy success from {m['mask_base_success']:.2f} by {m['mask_mean_drop']:.2f} on average "
@@ -222,7 +222,7 @@ if masks:
                 "SoftMoE-4). That last comparison, on the shipped regression curves (greedy success, last 10 %, "
                 f"{eng.TRAIN_SEEDS} seeds): SoftMoE-4 {m['final_success_softmoe4_per_conv']:.2f}, one 4× wide "
                 f"expert {m['final_success_softmoe1_per_conv_scaled']:.2f}, a drop of "
-                f"**{m['paper_single_expert_success_drop']:.2f}** (the pruning badge's bound is 0.15). On the "
+                f"**{m['paper_single_expert_success_drop']:.2f}** (the pruning badge's bound is {eng.PRUNE_BAR:g}). On the "
                 "online-RL curves the same comparison, in return, is a badge of its own. The pruning badge is the "
                 "spec's stricter test and is kept as specified.")
         rows = [dict(seed=i, pruned=lab, success=v) for i in range(len(mk["base"]))
