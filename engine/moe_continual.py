@@ -387,6 +387,11 @@ def run(config: Config, progress=None) -> Result:
         "tconv_moe": float(med(t_conv[0])),
         "t_freeze_moe": float(med(t_freeze[0])) if np.all(t_freeze[0] > 0) else float("nan"),
         "frozen_share": float(np.mean(t_freeze[0] > 0)),
+        # over the runs the rule froze only (t_freeze_moe is nan as soon as one run never froze)
+        "t_freeze_frozen_median": float(med(t_freeze[0][t_freeze[0] > 0])) if np.any(t_freeze[0] > 0) else float("nan"),
+        "t_freeze_frozen_min": float(t_freeze[0][t_freeze[0] > 0].min()) if np.any(t_freeze[0] > 0) else float("nan"),
+        "t_freeze_frozen_max": float(t_freeze[0].max()),
+        "n_unfrozen": float(np.sum(t_freeze[0] <= 0)),
         "purity_moe": float(med(purity[0])), "purity_noterm": float(med(purity[1])),
         "term_better_seeds": float(np.sum(G_final[0] < G_final[1])),
     }

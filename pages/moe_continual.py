@@ -54,10 +54,10 @@ c3.metric("G_T, single expert", f"{m['G_single']:.3f}")
 c4.metric("Seeds where the rule froze the router", f"{m['frozen_share']:.0%}")
 tf = res.t_freeze[0]
 if np.any(tf > 0):
-    st.caption(f"Terminated MoE: the rule froze the router at round {int(np.median(tf[tf > 0]))} in the median "
-               f"frozen run (earliest {int(tf[tf > 0].min())}, latest {int(tf.max())}); "
-               f"{int(np.sum(tf <= 0))} of {tf.size} runs {'was' if np.sum(tf <= 0) == 1 else 'were'} not frozen "
-               f"within {cfg.rounds} rounds.")
+    n_un = int(m["n_unfrozen"])
+    st.caption(f"Terminated MoE: the rule froze the router at round {int(m['t_freeze_frozen_median'])} in the median "
+               f"frozen run (earliest {int(m['t_freeze_frozen_min'])}, latest {int(m['t_freeze_frozen_max'])}); "
+               f"{n_un} of {tf.size} runs {'was' if n_un == 1 else 'were'} not frozen within {cfg.rounds} rounds.")
 else:
     st.caption(f"Terminated MoE: the rule froze the router in none of the {tf.size} runs within {cfg.rounds} rounds.")
 
@@ -83,7 +83,7 @@ for col, key, title, ylabel in ((left, "G", "Overall generalisation error G_t", 
     if 0 in moe_shown and np.any(tf > 0):
         # median over the runs the rule froze (all of them would leave no line whenever one run never froze)
         # the count of frozen runs is in the caption above; a longer label runs past a narrow chart's edge
-        charts.ref_line(fig, x=float(np.median(tf[tf > 0])), text="median T₁", line_dash="dot", line_color="gray")
+        charts.ref_line(fig, x=m["t_freeze_frozen_median"], text="median T₁", line_dash="dot", line_color="gray")
     with col:
         charts.show(fig, key=f"curve-{key}")
 st.caption("Lines: median over seeds; shaded: inter-quartile range. A round where a drawn value is 0 is left off, "

@@ -162,3 +162,14 @@ def test_termination_helps_without_load_balancing_too():
     assert m["G_moe"] < 0.6 * m["G_noterm"], (m["G_moe"], m["G_noterm"])
     d = eng.run(eng.Config(aux="decay")).metrics
     assert d["G_moe"] > 0.6 * d["G_noterm"], (d["G_moe"], d["G_noterm"])
+
+
+def test_freeze_summary_over_the_frozen_runs():
+    # the page's caption and median-T1 line read these; nan-free even when some runs never froze
+    r = eng.run(eng.Config())
+    tf = r.t_freeze[0]
+    fr = tf[tf > 0]
+    m = r.metrics
+    assert m["n_unfrozen"] == np.sum(tf <= 0)
+    assert m["t_freeze_frozen_median"] == np.median(fr) and m["t_freeze_frozen_min"] == fr.min()
+    assert m["t_freeze_frozen_max"] == tf.max()
