@@ -420,8 +420,11 @@ def run(config: Config, progress=None) -> Result:
     bar_auc = max(metrics["auc_loss"], metrics["auc_chance_bar"])
     metrics["white_minus_loss_or_chance"] = metrics["auc_white"] - bar_auc
     metrics["black_minus_loss_or_chance"] = metrics["auc_black"] - bar_auc
+    # the loss-based decision rules: Yeom's mean-training-loss threshold and 2-means on the loss, which is as
+    # label-free as DocMIA's own 2-means (the spec: do not claim DocMIA beats loss-based attacks unless it does)
+    metrics["acc_best_loss_rule"] = max(metrics["acc_loss"], metrics["acc_loss_cluster"])
     metrics["acc_min_minus_loss_or_chance"] = (min(metrics["acc_white"], metrics["acc_black"])
-                                               - max(metrics["acc_loss"], metrics["acc_chance_bar"]))
+                                               - max(metrics["acc_best_loss_rule"], metrics["acc_chance_bar"]))
     report(progress, 1.0, "done")
     pq = dist.reshape(n, q)
     return Result(membership=member, desc_white=desc, pred_white=pred, roc=roc, auc=auc, tpr_at_1fpr=tpr1,
@@ -558,11 +561,11 @@ def claims(result: Result) -> list[Claim]:
               label="AUC black-box − max(AUC loss threshold, chance bar)",
               detail=f"black-box AUC {m['auc_black']:.3f}; loss-threshold AUC {m['auc_loss']:.3f}; chance bar "
                      f"{m['auc_chance_bar']:.3f}"),
-        Claim("Both attacks' label-free decisions are more accurate than the standard loss-threshold rule "
-              "(member if loss < mean training loss) and than chance",
+        Claim("Both attacks' label-free decisions are more accurate than the loss-based rules (member if loss < "
+              "mean training loss; 2-means on the loss) and than chance",
               measured=m["acc_min_minus_loss_or_chance"], op=">", threshold=0.0,
-              label="min(accuracy white, black) − max(accuracy loss threshold, chance bar)",
-              detail=f"white {m['acc_white']:.3f}, black {m['acc_black']:.3f}, loss rule {m['acc_loss']:.3f}, chance "
-                     f"bar {m['acc_chance_bar']:.3f} = 0.5 + 3 SD of coin-flip accuracy; but 2-means on the loss "
-                     f"itself (also label-free) reaches {m['acc_loss_cluster']:.3f}"),
+              label="min(accuracy white, black) − max(accuracy of the loss rules, chance bar)",
+              detail=f"white {m['acc_white']:.3f}, black {m['acc_black']:.3f}; mean-training-loss threshold "
+                     f"{m['acc_loss']:.3f}, 2-means on the loss (as label-free as DocMIA) {m['acc_loss_cluster']:.3f}; "
+                     f"chance bar {m['acc_chance_bar']:.3f} = 0.5 + 3 SD of coin-flip accuracy"),
     ]

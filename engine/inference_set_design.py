@@ -85,6 +85,7 @@ class AgentTrace:
     preds: np.ndarray         # (rounds, N) int8: argmax of f_t on the whole pool
     stop_round: int           # first t with sa_lb >= target (last round if never)
     naive_stop_round: int     # same with the label-free estimate
+    halted: bool = True       # the rule fired while part of the pool was still unlabelled
 
 
 @dataclass
@@ -242,8 +243,12 @@ def run_agent(agent: str, cfg: Config, X, y, hard, Xt, yt, device, progress=None
     stop = np.flatnonzero(arr["sa_lb"] >= cfg.target)
     naive = np.flatnonzero(arr["sa_naive"] >= cfg.target)
     last = len(arr["sa"]) - 1
-    trace = AgentTrace(**arr, stop_round=int(stop[0]) if len(stop) else last,
-                       naive_stop_round=int(naive[0]) if len(naive) else last)
+    s = int(stop[0]) if len(stop) else last
+    # A rule that never fires (or fires only once every label is in) certifies nothing: the delivered
+    # table is then all ground truth, so its SA of 1 says nothing about the rule's safety.
+    halted = bool(len(stop)) and bool(arr["frac_next"][s] < 1.0)
+    trace = AgentTrace(**arr, stop_round=s, naive_stop_round=int(naive[0]) if len(naive) else last,
+                       halted=halted)
     return trace, grid
 
 
@@ -294,6 +299,7 @@ def run(config: Config, progress=None, agents=AGENTS) -> Result:
         m[f"{name}_test_at_eval"] = interp_at(tr, EVAL_FRACTION, "test_acc")
         m[f"{name}_f_stop"] = float(tr.frac_next[s])
         m[f"{name}_sa_at_stop"] = float(tr.sa_delivered[s])
+        m[f"{name}_halted"] = float(tr.halted)
         m[f"{name}_cross_round"] = float(crossing_round(tr, config.target))
         m[f"{name}_stop_round"] = float(s)
         m[f"{name}_f_cross"] = float(tr.frac_next[int(m[f"{name}_cross_round"])])
@@ -321,11 +327,13 @@ def claims(result: Result) -> list[Claim]:
               detail=f"active {m['active_sa_at_eval']:.3f} vs random {m['random_sa_at_eval']:.3f}"),
         Claim("The stopping rule is safe: when it halts the active campaign, the delivered table "
               "really meets the target.",
-              measured=m["active_sa_at_stop"], op=">=", threshold=cfg.target,
-              label="true SA at the active stop",
-              detail=f"stopped at {m['active_f_stop']:.0%} of the pool; a label-free rule using the model's "
-                     f"own confidence would stop at {m['active_f_naive_stop']:.0%} with true SA "
-                     f"{m['active_sa_at_naive_stop']:.3f}"),
+              # nan (a failed badge) when the rule never halts before the pool runs out: safety is untested
+              measured=m["active_sa_at_stop"] if m["active_halted"] else float("nan"), op=">=",
+              threshold=cfg.target, label="true SA at the active stop",
+              detail=(f"stopped at {m['active_f_stop']:.0%} of the pool; a label-free rule using the model's "
+                      f"own confidence would stop at {m['active_f_naive_stop']:.0%} with true SA "
+                      f"{m['active_sa_at_naive_stop']:.3f}") if m["active_halted"] else
+                     "the rule never halted before every label was bought, so its safety was not tested"),
         Claim("With the same stopping rule, the active agent stops with at most 80% of the labels the "
               "random agent needs.",
               measured=m["stop_ratio"], op="<=", threshold=0.8, label="f_stop(active) / f_stop(random)",

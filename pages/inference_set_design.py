@@ -105,9 +105,9 @@ The test accuracy of $f_t$ is logged for comparison only.
 labels the $b$ examples of $H_t$ with the largest $u$ (a share $\rho$ of the batch may be drawn at random);
 the random agent draws $b$ uniformly.
 
-**Stopping rule.** When the labels of batch $B_t$ arrive, count the $k$ that $f_t$ got right. Because $B_t$ held
-the hardest remaining examples, $k/b$ is a pessimistic estimate of $f_t$'s accuracy on what is left. Its
-one-sided Clopper–Pearson bound $a^{\rm LB}_t=\mathrm{Beta}^{-1}(\delta;\,k,\,b-k+1)$ gives a certified
+**Stopping rule.** When the labels of batch $B_t$ arrive, count the $k$ that $f_t$ got right. For the active agent $B_t$ held
+the hardest remaining examples, so $k/b$ is a pessimistic estimate of $f_t$'s accuracy on what is left; for the
+random agent $B_t$ is a uniform draw and $k/b$ is unbiased (the same rule is applied to both). Its one-sided Clopper–Pearson bound $a^{\rm LB}_t=\mathrm{Beta}^{-1}(\delta;\,k,\,b-k+1)$ gives a certified
 $$\mathrm{SA}^{\rm LB}_t=\frac{|O_{t+1}|+|H_{t+1}|\,a^{\rm LB}_t}{N},$$
 and the campaign stops at the first $t$ with $\mathrm{SA}^{\rm LB}_t\ge\tau$, delivering $O_{t+1}$ plus
 $f_t$'s predictions on $H_{t+1}$. Only labels of acquired batches are used; the engine keeps going to the end so

@@ -24,15 +24,17 @@ def test_checkpoints_load_and_are_small():
 
 
 # Not asserted: the forward-time ratio is a wall-time measurement (the team does not assert wall time in
-# tests; the attention-score count next to it is deterministic and is asserted), and the two BCH(31,16)
-# claims, which our CPU-trained checkpoint does not reproduce (the page says so; see test below).
-NOT_ASSERTED = ("forward time", "BER CrossMPT / BER BP(10)", "BER CrossMPT / BER BDD")
+# tests; the attention-score count next to it is deterministic and is asserted), and the BCH(31,16) claim
+# against BP, which our CPU-trained checkpoint does not reproduce (the page says so; see test below). The BCH
+# claim against bounded-distance decoding does hold (about 0.65) and is asserted with the others.
+NOT_ASSERTED = ("forward time", "BER CrossMPT / BER BP(10)")
 
 
 def test_claims_pass_at_default(default_result):
     claims = eng.claims(default_result)
     asserted = [c for c in claims if not c.label.startswith(NOT_ASSERTED)]
-    assert len(asserted) == len(claims) - 3
+    assert len(asserted) == len(claims) - 2
+    assert any(c.label.startswith("BER CrossMPT / BER BDD") for c in asserted)
     for c in asserted:
         assert c.passed, c.describe()
 

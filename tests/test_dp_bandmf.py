@@ -198,11 +198,12 @@ def test_epsilon_monotone_and_calibration():
     assert eng.epsilon(0.02, s, 1000, 1e-6) <= 3.0 < eng.epsilon(0.02, s * 0.999, 1000, 1e-6)
 
 
-def test_epsilon_against_dp_accounting():
-    dpa = pytest.importorskip("dp_accounting")
+@pytest.mark.parametrize("q,sigma,steps,delta", [(0.01, 1.1, 1000, 1e-6), (0.05, 0.8, 200, 1e-5),
+                                                  (1.0, 4.0, 100, 1e-6), (0.002, 2.0, 5000, 1e-7)])
+def test_epsilon_against_dp_accounting(q, sigma, steps, delta):
+    import dp_accounting as dpa  # a test dependency (pyproject's test extras), not skipped when missing
     from dp_accounting import rdp
 
-    q, sigma, steps, delta = 0.01, 1.1, 1000, 1e-6
     acc = rdp.RdpAccountant([float(a) for a in eng.ORDERS])
     acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), steps)
     assert eng.epsilon(q, sigma, steps, delta) == pytest.approx(acc.get_epsilon(delta), rel=1e-3)

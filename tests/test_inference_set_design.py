@@ -14,6 +14,7 @@ def default_result():
 
 
 def test_claims_pass_at_default(default_result):
+    assert default_result.agents["active"].halted   # the safety badge tests a real early stop
     cs = eng.claims(default_result)
     assert len(cs) == 5
     for c in cs:
@@ -75,6 +76,10 @@ def test_one_batch_exhausts_pool():
     for tr in r.agents.values():
         assert len(tr.sa) == 1
         assert tr.frac_next[-1] == 1.0 and tr.sa_delivered[-1] == 1.0 and tr.sa_lb[-1] == pytest.approx(1.0)
+        assert not tr.halted   # the rule only "fires" once every label is in
+    # negative control: the safety badge must not pass on a rule that never stopped early (SA 1 is trivial there)
+    safety = [c for c in eng.claims(r) if "stopping rule is safe" in c.statement][0]
+    assert not safety.passed and "never halted" in safety.detail
 
 
 def test_rho_one_makes_agents_coincide():

@@ -76,6 +76,16 @@ def test_sweep_claims():
     # it is shown on the page as measured.
 
 
+def test_sweep_at_utd_one_reads_higher_over_lower():
+    """At UTD 1 the sweep's partner is UTD 2, the higher one: the ratio must still be higher UTD over lower."""
+    res = eng.run(eng.Config(sweep=True, utd=1, env_steps=100, n_seeds=2, width=16))
+    med = {k: float(np.median(v)) for k, v in res.final.items()}
+    assert res.metrics["real_utd_ratio"] == pytest.approx(med["real only @ UTD 2"] / med["real only @ UTD 1"])
+    assert res.metrics["mad_utd_ratio"] == pytest.approx(med["MAD-TD @ UTD 2"] / med["MAD-TD @ UTD 1"])
+    labels = [c.label for c in eng.claims(res)]
+    assert "real-only RMSE, UTD 2 / UTD 1" in labels and "MAD-TD RMSE, UTD 2 / UTD 1" in labels
+
+
 @pytest.mark.parametrize("arch", ["ln-mish", "relu"])
 def test_variants_of_a_seed_share_initial_weights(arch):
     crit = eng.Critics(6, 8, np.random.default_rng(0), share=2, arch=arch)
