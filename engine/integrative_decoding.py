@@ -255,7 +255,8 @@ class Config:
     p_hi: float = param(0.75, Float(0.2, 0.9, "Knowledge p_true: high end", step=0.05))
     reliability: float = param(0.9, Float(0.1, 0.99, "Refine reliability ρ", step=0.01,
                                           help="how strongly a conditioned copy trusts the answer in its prompt; "
-                                               "ρ = 1/V makes the prompt uninformative"))
+                                               "ρ = 1/V makes the prompt uninformative, and below 1/V the copy "
+                                               "avoids the answer in its prompt"))
     temperature: float = param(1.0, Float(0.3, 1.5, "Sampling temperature", step=0.1))
     snowball: float = param(0.0, Float(0.0, 0.5, "Snowball", step=0.05,
                                        help="each wrong fact already written lowers the next facts' p_true"))

@@ -356,7 +356,7 @@ class Config:
     env_steps: int = param(25_600, Int(5_000, 100_000, "Environment steps", step=1_000))
     grid: str = param(DEFAULT_MAP, Choice(tuple(MAPS), "Map", widget="radio"))
     n_seeds: int = param(3, Int(1, 5, "Seeds"))
-    oracle: bool = param(False, Bool("Oracle variant", help="Input = true binned distance to the nearest hazard"))
+    oracle: bool = param(True, Bool("Oracle variant", help="Input = true binned distance to the nearest hazard"))  # the spec's default variants: baseline, srpl, oracle
     penalty_only: bool = param(False, Bool("Penalty-only variant", help="Baseline with a 5x failure penalty"))
     s2c_history: bool = param(True, Bool("S2C learns from all past experience",
                                          help="Paper: the steps-to-cost model is trained on the agent's diverse past "

@@ -709,11 +709,13 @@ def claims(result: Result) -> list[Claim]:
               label="min ‖x̃ᵢ − x̃ⱼ‖ / mean ‖x̃‖ (per-conv)"),
     ]
     if "moe4_gain_rel" in m:
-        out.append(Claim("Tokenised SoftMoE-4 beats the flattened dense head on held-out states (shipped seeds)",
+        out.append(Claim("Regression proxy (fitting Q*): tokenised SoftMoE-4 beats the flattened dense head on held-out "
+                         "states (shipped seeds)",
                          measured=m["moe4_gain_rel"], op=">=", threshold=0.1,
                          label="relative held-out MSE reduction vs dense",
                          detail=f"MSE dense {m['final_mse_dense']:.3f}, SoftMoE-4 {m['final_mse_softmoe4_per_conv']:.3f}"))
-        out.append(Claim("A single scaled expert over the same tokens keeps most of that gain (shipped seeds)",
+        out.append(Claim("Regression proxy: a single scaled expert over the same tokens keeps most of that gain "
+                         "(shipped seeds)",
                          measured=m["moe1_gain_fraction"], op=">=", threshold=0.5,
                          label="(MSE dense − MSE SoftMoE-1) / (MSE dense − MSE SoftMoE-4)",
                          detail=f"SoftMoE-1 MSE {m['final_mse_softmoe1_per_conv_scaled']:.3f}; "

@@ -16,7 +16,10 @@ valid(unbalanced) - valid(A) and valid(B o A) - valid(A)): 600 steps (the defaul
 0.24 / 0.19 / 0.02; 1 200 steps 0.36 / 0.33 / 0.27 and 0.12 / 0.02 / 0.01; 2 000 steps 0.30 / 0.38 / 0.28 and
 0.07 / 0.06 / 0.04. The standard flow A goes from 0.29-0.43 valid to 0.61-0.70 and the unbalanced flow from ~0.5
 to ~0.97, but B o A only reaches ~0.67-0.74: the relaxation badge passes at the default mostly because A is
-under-trained there. The unbalanced-vs-standard badge does not depend on that.
+under-trained there. The unbalanced-vs-standard badge does not depend on that. The spec's negative control says
+as much: a second flow with no cutoff (τ_B = ∞) raises the valid fraction by +0.21 at the default (seed 0,
+measured 2026-12-06), past the +0.15 bar that only the cutoff flow should reach, so its badge (shown when the
+control is switched on) fails there.
 """
 
 from __future__ import annotations
@@ -472,6 +475,9 @@ def run(config: Config, progress=None) -> Result:
     )
 
 
+VALID_GAIN_BAR = 0.15   # the spec's least gain in valid fraction (claims 2 and 3)
+
+
 def claims(result: Result) -> list[Claim]:
     m = result.metrics
     tl = _tau_label(result.tau)
@@ -486,18 +492,26 @@ def claims(result: Result) -> list[Claim]:
                      "freedom (the engine's own Poisson-mixture CDF, checked against scipy's in the tests)"),
         Claim(f"Short flows are learned more precisely: with τ = {tl} more outputs land on a sharp target "
               "mode than with standard FM at the same budget",
-              m["valid_gain_unbalanced"], ">=", 0.15, label="valid(unbalanced) − valid(standard)",
+              m["valid_gain_unbalanced"], ">=", VALID_GAIN_BAR, label="valid(unbalanced) − valid(standard)",
               detail=f"valid {m['valid_unbalanced']:.2f} vs {m['valid_standard']:.2f}", fmt=".2f"),
         Claim(f"…at a price: with τ = {tl} the output keeps the source's mode weights instead of the target's",
               m["tv_unbalanced"], ">=", 0.30, label="mode-weight TV of the unbalanced flow",
               detail=f"standard FM: {m['tv_standard']:.2f}", fmt=".2f"),
         Claim("Composing the standard flow with a short-range relaxation flow raises precision…",
-              m["valid_gain_relax"], ">=", 0.15, label="valid(B∘A) − valid(A)",
+              m["valid_gain_relax"], ">=", VALID_GAIN_BAR, label="valid(B∘A) − valid(A)",
               detail=f"valid {m['valid_relax']:.2f} vs {m['valid_standard']:.2f}", fmt=".2f"),
         Claim("…without losing the target's mode weights",
               m["tv_change_relax"], "<=", 0.05, label="TV(B∘A) − TV(A)",
               detail=f"TV {m['tv_relax']:.2f} vs {m['tv_standard']:.2f}", fmt=".2f"),
     ]
+    if "valid_gain_control" in m:
+        # the spec's negative control: a second flow with no cutoff must NOT reach the bar, or the gain of B∘A is
+        # the extra training, not the cutoff (measured at the default: +0.21, so this badge fails there)
+        out.append(Claim("…and the cutoff is what helps: a second flow with no cutoff (τ_B = ∞) does not reach the "
+                         "same bar (negative control)",
+                         m["valid_gain_control"], "<", VALID_GAIN_BAR, label="valid(B_∞∘A) − valid(A)",
+                         detail=f"valid {m['valid_control']:.2f} vs {m['valid_standard']:.2f}; the cutoff flow B "
+                                f"reaches {m['valid_gain_relax']:+.2f}", fmt=".2f"))
     return out
 
 

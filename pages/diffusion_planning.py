@@ -24,7 +24,8 @@ layout.paper_header(
         "an inverse-dynamics network turns the next waypoint into an action. The same planner is then run "
         "unguided (one sample), with MCSS, and with classifier-free guidance (CFG) toward the maximal return; "
         "the two are also compared at equal compute (denoiser passes per decision). A 1-D temporal U-Net, "
-        "trained the same way, stands in for the paper's second finding: the Transformer is the better denoiser."
+        "trained the same way, tests the paper's second finding, that the Transformer is the better denoiser (not reproduced clearly "
+        "here; see the caveat and the badges)."
     ),
     caveat=(
         "Small scale: a hand-made 9×7 maze with point-mass dynamics instead of MuJoCo Maze2D, one task, a "

@@ -82,7 +82,7 @@ with c1:
                           "id_integration_hist.csv")
 with c2:
     charts.show(charts.lines(res.s_values, {"greedy": res.s_greedy, "integrative decoding (k = 8)": res.s_id},
-                             title="The greedy trap grows with the number of spellings S", xlabel="S",
+                             title="Fact accuracy vs the number of spellings S (greedy and ID)", xlabel="S",
                              ylabel="fact accuracy", mode="lines+markers"), key="s_sweep")
     download.download_csv(pd.DataFrame({"S": res.s_values, "greedy": res.s_greedy, "id_k8": res.s_id}),
                           "id_surface_sweep.csv")

@@ -128,8 +128,9 @@ $\theta \leftarrow \theta + \alpha \sum_s \mu_s \delta_s \nabla_\theta f_\theta(
 (plain gradient descent; $\eta$ only on the last layer $w$).
 
 **Why linear TD diverges.** For $f = w^\top x$ the expected update is $w \leftarrow (I + \alpha A) w$ with
-$A = \sum_s \mu_s x_s(\gamma x_7 - x_s)^\top$; $A$ has an eigenvalue with positive real part, so $\lVert w\rVert$ grows
-geometrically.
+$A = \sum_s \mu_s x_s(\gamma x_7 - x_s)^\top$. When $A$ has an eigenvalue with positive real part (large $\gamma$;
+the divergence badge prints the largest real part at this run's $\gamma$), $\lVert w\rVert$ grows geometrically; when
+every real part is negative and $\alpha$ is small, linear TD converges too.
 
 **LayerNorm.** $f(x) = w^\top \mathrm{ReLU}(\mathrm{LN}(Mx + b))$ with
 $\mathrm{LN}(h) = (h - \bar h)/\sqrt{\mathrm{Var}(h) + \epsilon}$ and *no* learnable scale. The normalised features

@@ -402,3 +402,9 @@ def test_minibatch_divergence_names_the_minibatch():
 
     with pytest.raises(InputError, match="minibatch"):
         eng.run(eng.Config(batch=1))
+
+
+def test_caveat_mixture_collapses_onto_one_component(default_result):
+    """The page's caveat says the φ posterior is concentrated at the default, so the online-EM mixture puts nearly
+    all its weight on one component (this toy shows no multi-modality); keep that sentence true."""
+    assert default_result.metrics["max_mix_weight"] >= 0.9
