@@ -153,3 +153,32 @@ def test_caveat_seed_2_does_not_reproduce():
     """The page's caveat names seed 2 as the one where DPO destabilises the policy: its realism badges fail."""
     failed = [c for c in eng.claims(eng.run(eng.Config(seed=2))) if not c.passed]
     assert len(failed) >= 2, [c.describe() for c in failed]
+
+
+def test_expert_self_distance_is_the_entropic_self_cost_and_below_its_own_rollouts():
+    """Spec check: d(ξ_E, ξ_E) is the entropic self-cost (not zero: Sinkhorn's blur keeps it above emd2 = 0), and it
+    is the smallest distance among a scene's candidates, i.e. below d(ξ, ξ_E) for every reference rollout sampled
+    from that same scene. Measured on 16 held-out scenes × 8 rollouts: self-cost 0.80–1.02, closest rollout
+    1.02–2.12, smallest ratio closest / self 1.13."""
+    _, held = eng._banks()
+    n, K = 16, 8
+    exp = held["states"][:n]
+    init = torch.as_tensor(held["init"][:n], dtype=torch.float32)
+    init = init[:, None].expand(n, K, eng.N_AGENTS, 3).reshape(n * K, eng.N_AGENTS, 3)
+    S = eng.rollout(eng.load_reference(), init, torch.Generator().manual_seed(0))[0].numpy()
+    d = eng.omf_distance(S, np.repeat(exp, K, 0), 3.0).reshape(n, K)
+    d_self = eng.omf_distance(exp, exp, 3.0)
+    assert np.all(d_self[:, None] < d), (d_self, d.min(1))
+    # the sampled candidates include failing rollouts too, so the ranking is not over clean rollouts only
+    coll, off = eng.events(S)
+    assert (coll.any(1) | off.any(1)).any(-1).mean() > 0.05
+    # the self value is POT's entropic cost of the cloud with itself at the same ε, and it sits above the exact 0
+    occ = eng.occupancy(exp, 3.0).astype(np.float64)
+    _, eps = eng.sinkhorn_batch(occ, occ)
+    for i in range(3):
+        M = ((occ[i][:, None] - occ[i][None]) ** 2).sum(-1)
+        a = np.full(len(M), 1 / len(M))
+        ref = ot.sinkhorn2(a, a, M, eps[i], method="sinkhorn_log", numItermax=5000, stopThr=1e-12)
+        assert abs(d_self[i] - ref) / ref < 1e-3
+        exact = ot.emd2(a, a, M)
+        assert abs(exact) < 1e-9 and d_self[i] > 0.1

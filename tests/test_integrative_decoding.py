@@ -101,3 +101,73 @@ def test_result_shapes(default_result):
     r = default_result
     assert r.detail_samples.shape == (8, 5)
     assert sum(r.integration_hist.values()) == 400
+
+
+# ----------------------------------------------------------------------------- negative control for claim 1
+def _lockstep_decoder(merge):
+    """The engine's group decoder with its merging rule made pluggable: ``merge`` turns one step's
+    log-probabilities [groups, k, vocab] into scores [groups, vocab]; the arg-max token is appended to all k
+    rows of its group, as in ``integrative_decode``."""
+
+    def decode(next_logprobs, contexts, max_new_tokens, eos_id, trace=None):
+        G, k, L = contexts.shape
+        ctx = contexts.reshape(G * k, L)
+        out = np.full((G, max_new_tokens), eos_id)
+        done = np.zeros(G, bool)
+        for t in range(max_new_tokens):
+            score = merge(next_logprobs(ctx).reshape(G, k, -1))
+            if trace is not None:
+                trace.append(score)
+            tok = np.where(done, eos_id, np.argmax(score, axis=1))
+            out[:, t] = tok
+            ctx = np.concatenate([ctx, np.repeat(tok, k)[:, None]], axis=1)
+            done |= tok == eos_id
+            if done.all():
+                break
+        return out
+
+    return decode
+
+
+def _sum_logprobs(lp):
+    return lp.sum(axis=1)
+
+
+def _sum_probs(lp):
+    # an ensemble average in probability space instead of log space
+    return np.exp(lp).sum(axis=1)
+
+
+def _sum_top1_probs(lp):
+    # every row contributes the probability of its own top-1 token only (a soft token-level vote)
+    G, k, V = lp.shape
+    flat = lp.reshape(G * k, V)
+    top = np.argmax(flat, axis=1)
+    votes = np.zeros_like(flat)
+    votes[np.arange(G * k), top] = np.exp(flat[np.arange(G * k), top])
+    return votes.reshape(G, k, V).sum(axis=1)
+
+
+def test_pluggable_decoder_with_log_space_merge_reproduces_the_engine(default_result, monkeypatch):
+    """Guard for the control below: the test's decoder, merging in log space, gives the engine's numbers exactly,
+    so any change in the control comes from the merging space alone."""
+    monkeypatch.setattr(eng, "integrative_decode", _lockstep_decoder(_sum_logprobs))
+    res = eng.run(eng.Config())
+    np.testing.assert_array_equal(res.acc_id, default_result.acc_id)
+    assert res.metrics == default_result.metrics
+
+
+@pytest.mark.parametrize("merge", [_sum_probs, _sum_top1_probs], ids=["sum-of-probs", "top1-probs"])
+def test_claim1_fails_when_probabilities_are_merged_in_the_wrong_space(default_result, monkeypatch, merge):
+    """Spec claim 1, negative control: ID that adds the k rows' probabilities (or only each row's top-1
+    probability) instead of their log-probabilities falls back to the phrasing trap: a wrong value concentrated
+    on one spelling wins the sum of probabilities, as it wins greedy decoding. Same seed and world as the intact
+    default run. Measured at the default config (seed 0): intact gain over greedy +0.104 (ID(16) 0.757, greedy
+    0.653); probability sum +0.004 (0.657); top-1 probabilities +0.001 (0.654)."""
+    monkeypatch.setattr(eng, "integrative_decode", _lockstep_decoder(merge))
+    broken = eng.run(eng.Config())
+    assert broken.acc_greedy == default_result.acc_greedy          # same world, same greedy baseline
+    assert eng.claims(default_result)[0].passed
+    assert not eng.claims(broken)[0].passed
+    assert broken.metrics["gain_over_greedy"] < 0.02
+    assert broken.metrics["acc_id_16"] < default_result.metrics["acc_id_16"] - 0.07

@@ -265,3 +265,64 @@ def test_gradient_plane_coordinates(default_result):
     assert np.sqrt((x[2] - 1) ** 2 + x[3] ** 2 + x[4] ** 2) == pytest.approx(np.linalg.norm(gl - g) / gn)
     assert np.sqrt((x[0] - 1) ** 2 + x[1] ** 2) == pytest.approx(np.linalg.norm(gp - g) / gn)
     assert np.hypot(x[2], x[3]) ** 2 + x[4] ** 2 == pytest.approx(np.sum(gl**2) / gn**2)
+
+
+# ----------------------------------------------------------------------------- negative controls, linear model
+def _grads_without_aat_inverse(A, B, g, s, x_choice="sylvester"):
+    """LoRA-Pro's adjusted gradients with the (AAᵀ)⁻¹ factor of B's gradient left out (everything else as in the
+    engine, X from the same Sylvester equation): the projection onto A's row space is no longer a projection."""
+    r = A.shape[0]
+    gA, gB = eng.lora_grads(A, B, g, s)
+    if not np.any(B):
+        return np.zeros_like(A), (g @ A.T) / s, np.zeros((r, r))
+    BtB_inv = eng._inv(B.T @ B)
+    X = eng.solve_x_sylvester(B.T @ B, A @ A.T, -(BtB_inv @ gA @ A.T) / s**2)
+    hA = (BtB_inv @ gA) / s**2 + X @ A
+    hB = (gB - B @ (BtB_inv @ (B.T @ gB))) / s**2 - B @ X
+    return hA, hB, X
+
+
+def test_dropping_the_aat_inverse_fails_claim1(monkeypatch, default_result):
+    """Spec negative control for claim 1: without (AAᵀ)⁻¹ the equivalent gradient is no longer the closest one to g.
+    Intact (default config): mean e_pro / mean e_LoRA = 7.7e-5, largest per-step excess e_pro − e_LoRA = −0.007.
+    Broken: excess +0.0065 on some step (so the badge reads inf), mean e_pro 3.7, and the run is also far worse
+    (log-gap closed −7.8, twin loss 21× the floor)."""
+    c1 = eng.claims(default_result)[0]
+    assert c1.passed and default_result.metrics["max_err_excess"] <= 1e-9
+    # at one random point the broken surrogate is strictly farther from g than the projection
+    A, B, g = _random(11, m=8, n=7, r=3)
+    s = 2.0
+    good = eng.equivalent_gradient(A, B, *eng.lorapro_grads(A, B, g, s)[:2], s)
+    bad = eng.equivalent_gradient(A, B, *_grads_without_aat_inverse(A, B, g, s)[:2], s)
+    assert np.linalg.norm(bad - g) > np.linalg.norm(good - g) + 1e-3
+
+    monkeypatch.setattr(eng, "lorapro_grads", _grads_without_aat_inverse)
+    broken = eng.run(eng.Config())
+    b1, b2, b3 = eng.claims(broken)
+    assert not b1.passed, b1.describe()
+    assert broken.metrics["max_err_excess"] > 1e-9
+    assert broken.metrics["mean_err_pro"] > 100 * default_result.metrics["mean_err_pro"]
+    assert not b2.passed and not b3.passed
+
+
+def test_secret_full_gradient_beats_the_floor_and_fails_claim3(monkeypatch, default_result):
+    """Spec negative control for claim 3: the rank-r floor of the over-rank twin is a real floor for an adapter, but
+    full fine-tuning goes straight through it. A 'LoRA-Pro' that secretly trains W with the full gradient is then
+    caught by the honesty badge. Intact: twin L_pro / floor = 1.0000 (1.00449 vs 1.00449), full FT ends at 6e-8;
+    broken: the 'LoRA-Pro' twin also ends at 6e-8, below the floor, and the badge reads inf."""
+    m = default_result.metrics
+    assert eng.claims(default_result)[2].passed
+    assert 1 - 1e-6 <= m["twin_L_pro"] / m["twin_floor"] <= 1.05
+    # full gradient beats the floor by orders of magnitude (the floor is not reachable by an honest rank-r adapter)
+    assert default_result.twin_loss["full"][-1] < 1e-3 * m["twin_floor"]
+
+    real_train = eng.train
+
+    def cheating_train(p, method, *args, **kwargs):
+        return real_train(p, "full" if method == "lorapro" else method, *args, **kwargs)
+
+    monkeypatch.setattr(eng, "train", cheating_train)
+    broken = eng.run(eng.Config())
+    c3 = eng.claims(broken)[2]
+    assert broken.metrics["twin_L_pro"] < (1 - 1e-6) * broken.metrics["twin_floor"]
+    assert not c3.passed, c3.describe()

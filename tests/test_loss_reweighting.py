@@ -329,3 +329,42 @@ def test_caveat_mlp_long_runs_reach_the_same_floor():
     assert abs(res.metrics["gap_linupper"]) < 0.03
     speed = [c for c in eng.claims(res) if c.label.startswith("speed-up")]
     assert speed and not any(c.passed for c in speed)
+
+
+# ----------------------------------------------------------------------------- negative controls (spec claims 1-3)
+def test_flipped_normalisation_sign_fails_the_linupper_claim(default_result, monkeypatch):
+    """Spec claim 1, negative control: min-max normalisation with its sign flipped maps the batch's highest loss
+    to −δ, so LinUpper's ramp rises towards the *low*-loss rows (it becomes low-loss prioritisation) and the
+    low-first control becomes high-loss-first. Same data and batches as the intact default run. Measured (seed 0,
+    mean log10 test error): uniform −2.46 in both; LinUpper −2.91 intact, −2.10 flipped (gap −0.44 → +0.37);
+    low-first −1.41 → −2.60; tuned gap −0.42 → +0.42. Quadratic and Extremes are even in ℓ̂ and do not change."""
+    real = eng.normalize_losses
+    monkeypatch.setattr(eng, "normalize_losses", lambda losses, delta=1.0: -real(losses, delta))
+    broken = eng.run(eng.Config())
+    m, m0 = broken.metrics, default_result.metrics
+    assert m["final_uniform"] == m0["final_uniform"]
+    assert m["final_quadratic"] == pytest.approx(m0["final_quadratic"], abs=1e-9)   # symmetric shape: unaffected
+    intact_badges = [c.passed for c in eng.claims(default_result)]
+    broken_badges = [c.passed for c in eng.claims(broken)]
+    assert intact_badges[:4] == [True] * 4
+    # LinUpper vs uniform, low-first hurts, gain survives lr tuning: all three fail; the Quadratic badge stays
+    assert broken_badges[:4] == [False, True, False, False]
+    assert m["gap_linupper"] > 0.15 and m["gap_lowfirst"] < 0
+    assert m["gap_tuned"] > 0
+
+
+def test_weights_not_used_in_the_gradient_make_every_strategy_uniform(default_result, monkeypatch):
+    """Spec claim 2, negative control: a trainer whose gradient ignores the weights is the plain batch mean, i.e.
+    the gradient with w = 1/B. Putting 1/B in place of the engine's softmax weights makes every strategy's
+    curve exactly uniform's, so all four weighting badges fail (intact gaps: LinUpper −0.44, Quadratic −0.37,
+    low-first +1.05, tuned −0.42; broken: all 0). The bound-shape badge, which uses uniform weights, still
+    passes, as it should."""
+    monkeypatch.setattr(eng, "softmax_weights", lambda f, r: np.full_like(f, 1.0 / f.shape[-1]))
+    broken = eng.run(eng.Config())
+    for s in eng.STRATEGIES:
+        np.testing.assert_array_equal(broken.log_err_mean[s], broken.log_err_mean["uniform"])
+    np.testing.assert_array_equal(broken.log_err_mean["uniform"], default_result.log_err_mean["uniform"])
+    for key in ("gap_linupper", "gap_quadratic", "gap_lowfirst", "gap_tuned"):
+        assert broken.metrics[key] == 0.0
+        assert abs(default_result.metrics[key]) > 0.3
+    assert [c.passed for c in eng.claims(broken)] == [False, False, False, False, True]

@@ -219,3 +219,43 @@ def test_page_shows_the_closed_form_check():
     assert any("Closed-form check" in h.value for h in at.subheader)
     assert any("Share of the way" in str(c.proto.spec) for c in at.get("plotly_chart"))
     assert any("Prior is 0 and the optimum 1" in c.value for c in at.caption)
+
+
+def test_truncated_residual_gain_two_ways_and_its_limits():
+    """The truncated residual problem solved by backward recursion equals the λ → 0 limit of the batch closed form
+    of one MPPI step (stacked actions, a different computation); λ → ∞ gives back the prior's gain; a long horizon
+    reaches the customised optimum K_c (the missing shaping term carries γᴴ)."""
+    A, B = eng.dynamics_matrices()
+    for gamma, omega in ((0.95, 1.0), (0.9, 0.5)):
+        K_pi = eng.Prior(gamma).K
+        K_c = eng.riccati(A, B, omega * eng.Q_BASIC + eng.Q_STAY_LOW, omega * eng.R_BASIC, gamma)[1]
+        for H in (1, 5, 20):
+            np.testing.assert_allclose(eng.mppi_step_gain(H, 1.0, 1e-10, gamma, omega),
+                                       eng.truncated_residual_gain(H, gamma, omega), atol=1e-6)
+            np.testing.assert_allclose(eng.mppi_step_gain(H, 1.0, 1e8, gamma, omega), K_pi, atol=1e-5)
+        np.testing.assert_allclose(eng.truncated_residual_gain(300, gamma, omega), K_c, atol=1e-6)
+        # short horizons stop short of K_c on the entry the add-on changes (a_y per unit of y)
+        assert abs(eng.truncated_residual_gain(5, gamma, omega)[1, 1] - K_c[1, 1]) > 0.5
+
+
+def test_planner_gain_matches_the_infinite_sample_step():
+    """Monte Carlo vs closed form: with many samples and a short horizon the finite-difference gain of the planner's
+    first action is the gain of one infinite-sample MPPI step (measured within 0.01 at K = 20 000)."""
+    g = eng.planner_gain(5, 20_000, 1.0, 0.2, 0.95, 0.1, np.random.default_rng(0))
+    np.testing.assert_allclose(g, eng.mppi_step_gain(5, 1.0, 0.2, 0.95, 1.0), atol=0.05)
+
+
+def test_stay_low_run_draws_the_gain_plot():
+    r = eng.run(eng.Config(addon="stay_low"))
+    g = r.gains
+    assert list(g["horizons"]) == list(eng.GAIN_HORIZONS)
+    assert g["planner"].shape == g["step"].shape == g["truncated"].shape == (len(eng.GAIN_HORIZONS), 2, 4)
+    # one MPPI step moves from the prior toward the truncated optimum, strictly between the two (entry a_y per unit
+    # of y; at H = 2 the truncated gain is below the prior's, from H = 5 on above it)
+    lo = np.minimum(g["K_pi"][1, 1], g["truncated"][:, 1, 1])
+    hi = np.maximum(g["K_pi"][1, 1], g["truncated"][:, 1, 1])
+    assert np.all((lo < g["step"][:, 1, 1]) & (g["step"][:, 1, 1] < hi))
+    assert eng.run(eng.Config()).gains is None          # obstacle add-on: not quadratic, no closed form
+    # ω′ = 0: no action cost, so only the one-step closed form exists
+    g0 = eng.run(eng.Config(addon="stay_low", w_logp=0.0)).gains
+    assert np.isnan(g0["truncated"]).all() and np.isnan(g0["K_c"]).all() and np.isfinite(g0["step"]).all()
