@@ -11,6 +11,12 @@ first-order (backprop) direction and with a Gauss–Newton-like direction as the
 width grows, for γ fixed, γ ∝ M and γ = 100·M.
 
 Only PC is implemented (no target propagation). Pure compute: no streamlit import.
+
+Negative controls of the transfer claim (measured 2026-12-06): giving the μP lanes SP's learning-rate multipliers
+(on the output layer, or on every layer) breaks transfer (the width-32 learning rate diverges at width 256; tested).
+Setting only the input-layer multiplier to 1, which the spec expects to fail, does not: regret 1.07 and a shift of
+−1 octave at the default (1.09 and −1 intact), and it passes at widths (32, 512) and at 150 steps too. In this
+network the output layer's multiplier is what carries the transfer.
 """
 
 from __future__ import annotations

@@ -179,7 +179,8 @@ $\delta_t=\min\{j-t : j>t,\ c_j=1\}$, clipped to the safety horizon $H_s$ ($\del
 With bin size $b$ the class is $\min(\lfloor(\delta_t-1)/b\rfloor, K-1)$, $K=\lceil H_s/b\rceil$.
 
 **Steps-to-cost model.** A network $P_\phi(k\mid s)$ with $K$ softmax outputs minimises the cross-entropy
-$-\log P_\phi(k_t\mid s_t)$ on recently labelled states.
+$-\log P_\phi(k_t\mid s_t)$ on labelled states: by default every label of the run so far, kept in its own buffer
+(the switch "S2C learns from all past experience" off: only the last 4 000).
 
 **Augmented input.** The agent's value network receives $[\,s,\ P_\phi(\cdot\mid s)\,]$; the second part is treated
 as a constant (no gradient of the value loss reaches $\phi$).

@@ -85,6 +85,20 @@ def test_bm25_hand_computation():
     assert list(eng.rank_desc(np.array([1.0, 2.0, 1.0, 2.0]))) == [1, 3, 0, 2]
 
 
+def test_bm25_matches_rank_bm25_on_every_query_of_the_world():
+    """The spec's reference: rank_bm25's BM25Okapi (same k1, b and IDF floor) on the page's corpus and queries."""
+    from rank_bm25 import BM25Okapi
+
+    w = eng.WORLD
+    ref = BM25Okapi([[str(t) for t in p] for p in w.passages])
+    qs = [q + [int(t)] for q, t in zip(w.queries, w.targets)]
+    mat = eng.bm25_matrix(w.passages, qs, len(w.vocab))
+    for row, q in zip(mat, qs):
+        np.testing.assert_allclose(row, ref.get_scores([str(t) for t in q]), atol=1e-9)
+    c = [["a", "b"], ["a", "c", "c"], ["a", "d"]]
+    np.testing.assert_allclose(eng.bm25_scores(c, ["a", "c"]), BM25Okapi(c).get_scores(["a", "c"]), atol=1e-12)
+
+
 def test_bm25_matrix_matches_reference_on_world():
     w = eng.WORLD
     qs = [q + [int(t)] for q, t in zip(w.queries[:10], w.targets[:10])]
