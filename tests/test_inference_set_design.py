@@ -96,3 +96,15 @@ def test_most_confident_baseline_fails_claim_one(default_result):
     tr, _ = eng.run_agent("most_confident", cfg, X, y, hard, Xt, yt, torch.device("cpu"))
     gap = eng.interp_at(tr, eng.EVAL_FRACTION) - eng.interp_at(default_result.agents["random"], eng.EVAL_FRACTION)
     assert gap < 0.05
+
+
+@pytest.mark.parametrize("kw", [dict(target=0.9), dict(corruption="hide_bottom")])
+def test_label_free_confidence_rule_is_unsafe_where_the_certified_rule_is_not(kw):
+    """The spec's falsification of the stopping claim: a rule that trusts the model's own average confidence on the
+    unlabelled rest stops earlier and delivers a table below the target (measured: 20 % of the pool, true SA 0.82 at
+    τ = 0.9; 20 %, 0.91 at τ = 0.95 with hidden lower halves), while the certified rule stops later and meets it."""
+    r = eng.run(eng.Config(**kw))
+    m, tau = r.metrics, r.config.target
+    assert m["active_f_naive_stop"] < m["active_f_stop"]
+    assert m["active_sa_at_naive_stop"] < tau - 0.02
+    assert m["active_halted"] and m["active_sa_at_stop"] >= tau

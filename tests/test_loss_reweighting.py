@@ -318,7 +318,7 @@ def test_caveat_sgd_with_tuned_rates_loses_the_advantage(default_result):
     """The page's caveat: with plain SGD and the learning rate tuned per strategy the gain largely disappears
     (measured: best LinUpper 0.13 log10 worse than best uniform), while with Adam + cosine it survives tuning."""
     sgd = eng.run(eng.Config(optimizer="sgd")).metrics
-    assert sgd["gap_tuned"] > -0.05
+    assert sgd["gap_tuned"] > 0   # "slightly behind uniform"
     assert default_result.metrics["gap_tuned"] <= -0.15
 
 
@@ -368,3 +368,16 @@ def test_weights_not_used_in_the_gradient_make_every_strategy_uniform(default_re
         assert broken.metrics[key] == 0.0
         assert abs(default_result.metrics[key]) > 0.3
     assert [c.passed for c in eng.claims(broken)] == [False, False, False, False, True]
+
+
+def test_caveat_outliers_hurt_linupper_and_leave_extremes_near_uniform():
+    """The page's caveat on outliers: LinUpper chases the high-loss noise rows and loses clearly to uniform, while
+    Extremes stays near uniform, slightly worse at 1 % outliers and slightly better from 5 % (measured Δ log10
+    LinUpper +0.41 / +0.53 / +0.39, Extremes +0.08 / −0.05 / −0.14 at 1 / 5 / 10 %)."""
+    ext = {}
+    for f in (0.01, 0.05, 0.1):
+        m = eng.run(eng.Config(frac_outlier=f)).metrics
+        assert m["gap_linupper"] > 0.2, f
+        ext[f] = m["final_extremes"] - m["final_uniform"]
+        assert abs(ext[f]) < 0.2, f
+    assert ext[0.01] > 0 > ext[0.05] and ext[0.1] < 0
