@@ -705,6 +705,11 @@ def analyse(model, loss_curve, config: Config, device, work: ProgressSpan | None
         "n_heads_total": float(L * H),
         "last_pos_first_layer": float(first_patch[0]) if first_patch.size else float("nan"),
         "heads_for_90": float(np.flatnonzero(curve >= 0.9)[0] + 1) if np.any(curve >= 0.9) else float("nan"),
+        # smallest top-k set reaching the head badge's bar (nan: none of the first MAX_CURVE), and the block whose
+        # heads carry the most single-head recovery (the page names it when the badge fails)
+        "heads_for_bar": float(np.flatnonzero(curve >= HEAD_BAR)[0] + 1) if np.any(curve >= HEAD_BAR)
+        else float("nan"),
+        "busiest_block": float(np.argmax(pr["heads"].sum(1))),
     }
     return Result(
         variant=config.variant, n_layers=L, n_heads=H,
@@ -743,7 +748,10 @@ def claims(result: Result) -> list:
               "projection it first becomes readable only after several layers.",
               m["lens_first_layer"], ">=", 2, label=f"first layer with lens accuracy ≥ {LENS_BAR}",
               detail=f"layer 0 = embeddings, {L} = output; lens accuracy by layer: "
-                     + ", ".join(f"{v:.2f}" for v in result.lens_acc), fmt=".0f"),
+                     + ", ".join(f"{v:.2f}" for v in result.lens_acc)
+                     + ". A weak check by itself: layer 0 at the last position is the same for every prompt, and "
+                       "one block cannot both find the right option and fetch its letter; the next two badges "
+                       "carry the claim", fmt=".0f"),
         Claim("It appears abruptly, within a single layer, rather than building up gradually.",
               m["lens_jump"], ">=", JUMP_BAR, label="rise of lens accuracy over that one layer",
               detail=f"accuracy among the four letters (chance 0.25) on {N_LENS} fresh prompts, s.e. ≈ "

@@ -6,7 +6,8 @@ and return one score per graph (higher = more anomalous). Four scenario types, e
 synthetic graph families with 4-dimensional node features:
 
   intrinsic anomaly   normal: two-community SBM graphs; anomalies: the same graphs with a
-                      planted hub that takes over one community's edges (same edge count)
+                      planted hub that takes over one community's edges (same edge count, the
+                      community's other edges re-drawn at random)
   class-based anomaly a 3-class dataset of BA graphs whose classes differ only in the mean of
                       their node features; class 0 is normal, classes 1-2 are anomalies
   inter-dataset shift in-distribution: tree-like "molecules"; OOD: graphs from another family
@@ -100,7 +101,9 @@ def sbm_graph(n: int, rng, p_in=0.45, p_out=0.05, coupled: bool = True, shuffle:
     """Two-community SBM; features follow the communities (dimension 0 = +-3).
 
     hub = q > 0: community 1 loses a random fraction q of its internal edges and one of its nodes
-    becomes a hub wired to every other member (a star replaces a dense block).
+    becomes a hub wired to every other member (a star replaces a dense block); then random edges among the
+    other members are added or removed until the graph has as many edges as before, so the anomaly is the
+    hub's degree structure, not a change of density.
     shuffle = f > 0: the features of a random fraction f of the nodes are permuted among them.
     """
     z = (np.arange(n) >= n // 2).astype(int)
@@ -109,10 +112,18 @@ def sbm_graph(n: int, rng, p_in=0.45, p_out=0.05, coupled: bool = True, shuffle:
     if hub > 0:
         c1 = np.flatnonzero(z == 1)
         h, others = c1[0], c1[1:]
+        n_edges = A.sum() / 2
         block = A[np.ix_(others, others)]
         A[np.ix_(others, others)] = block * (rng.random(block.shape) > hub)   # drop a fraction hub ...
         A[np.ix_(others, others)] = np.triu(A[np.ix_(others, others)], 1) + np.triu(A[np.ix_(others, others)], 1).T
         A[h, others] = A[others, h] = 1                                       # ... and wire in a star
+        # restore the edge count with edges among the non-hub members (a density change would give it away)
+        iu = np.triu_indices(len(others), 1)
+        rows, cols = others[iu[0]], others[iu[1]]
+        diff = int(round(A.sum() / 2 - n_edges))
+        pick = np.flatnonzero(A[rows, cols] == (1 if diff > 0 else 0))
+        sel = rng.choice(pick, size=min(abs(diff), len(pick)), replace=False)
+        A[rows[sel], cols[sel]] = A[cols[sel], rows[sel]] = 0 if diff > 0 else 1
     X = rng.normal(0, 1.0, (n, FEAT))
     if coupled:
         X[:, 0] += np.where(z == 1, 3.0, -3.0)

@@ -12,8 +12,8 @@ SLUG = "attention-sink"
 layout.paper_header(
     SLUG,
     idea=(
-        "Language models give a surprising amount of attention to the very first token of their input, "
-        "whatever that token is: the *attention sink*. The paper finds that the sink is absent at "
+        "Language models give a surprising amount of attention to the very first token of their input: the "
+        "*attention sink*. The paper finds that the sink is absent at "
         "initialisation and appears during training, that the first token then behaves like a key bias "
         "(queries point at its key while its value is small, so the attention it collects adds little), "
         "and that it comes from softmax forcing every row of attention to sum to one: with sigmoid "
@@ -203,21 +203,32 @@ download.download_csv(kv_df, "key_value_first_token.csv")
 
 # --- moving the sink ---------------------------------------------------------------------------------
 st.subheader("Move the sink by changing the first token")
-st.caption("Attention each position receives in the softmax model (mean over layers, heads and queries), for "
-           "your sequence and after the change chosen under *First token*. In a model with a sink, the peak sits "
-           "on position 1.")
-charts.show(charts.lines({"as typed": np.arange(1, len(res.recv_orig) + 1),
-                          "after the change": np.arange(1, len(res.recv_mod) + 1)},
-                         {"as typed": res.recv_orig, "after the change": res.recv_mod},
-                         title="Attention received per position", xlabel="key position",
-                         ylabel="mean attention received", mode="lines+markers", height=320), key="recv")
-st.caption(f"Most-attended position: {m['sink_position_orig']} as typed ('{res.tokens_orig[0]}' first), "
-           f"{m['sink_position_mod']} after the change ('{res.tokens[0]}' first).")
+st.caption("Attention each position receives in the softmax model (mean over layers, heads and queries), minus "
+           "what uniform causal attention would give it, for your sequence and after the change chosen under "
+           "*First token*. Under causal attention position 1 always collects the most, since every query sees it; "
+           "a sink shows as a large excess.")
+charts.show(charts.lines({"as typed": np.arange(1, len(res.excess_orig) + 1),
+                          "after the change": np.arange(1, len(res.excess_mod) + 1)},
+                         {"as typed": res.excess_orig, "after the change": res.excess_mod},
+                         title="Attention received per position, above uniform causal attention",
+                         xlabel="key position", ylabel="excess attention received", mode="lines+markers",
+                         height=320), key="recv")
+po, pm = m["sink_position_orig"], m["sink_position_mod"]
+st.caption(f"Largest excess: position {po} ('{res.tokens_orig[po - 1]}', +{m['sink_excess_orig']:.2f}) as typed, "
+           f"position {pm} ('{res.tokens[pm - 1]}', +{m['sink_excess_mod']:.2f}) after the change."
+           + ("" if cfg.first_token == "keep" else
+              " The sink moved with ⟨s⟩: in this model it is tied to the token it always saw first in training."
+              if res.tokens[pm - 1] == "⟨s⟩" else
+              " Without ⟨s⟩ no position collects a comparable excess: the sink here belongs to the token the model "
+              "always saw first in training, not to position 1." if m["sink_excess_mod"] < 0.5 * m["sink_excess_orig"]
+              else ""))
 download.download_csv(pd.DataFrame({"position": np.arange(1, len(res.recv_orig) + 1),
-                                    "token": res.tokens_orig, "received": res.recv_orig}),
+                                    "token": res.tokens_orig, "received": res.recv_orig,
+                                    "excess_over_uniform_causal": res.excess_orig}),
                       "received_as_typed.csv")
 download.download_csv(pd.DataFrame({"position": np.arange(1, len(res.recv_mod) + 1),
-                                    "token": res.tokens, "received": res.recv_mod}),
+                                    "token": res.tokens, "received": res.recv_mod,
+                                    "excess_over_uniform_causal": res.excess_mod}),
                       "received_after_change.csv")
 
 layout.how_it_works(r"""

@@ -90,7 +90,7 @@ if res.has_truth:
     cols[3].metric("Mean geodesic error, xyz nearest neighbour", f"{m['err_xyz']:.3f}")
 else:
     cols[2].metric("Source vertices hit by the map", f"{m['coverage_final']:.0%}")
-    cols[3].metric("Off-diagonal share of |C|² (final map)", f"{1 - m['diag_mass_p2p']:.2f}")
+    cols[3].metric("Off-diagonal share of |C|² (final map, constant left out)", f"{1 - m['diag_mass_p2p']:.2f}")
 if "edge_distortion" in m:
     st.caption(f"Isometry check: edge lengths change by {m['edge_distortion']:.1%} on average "
                "(mean |log ratio|) between source and target.")

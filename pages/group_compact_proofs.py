@@ -55,16 +55,23 @@ if m["bound"] < 0.5 and res.method == "rho-sets":
         + (f", and {missing} of {int(m['rho_neurons'])} irrep neurons sit in families with missing pairs, so they go "
            "to the error term" if missing else "")
         + f". The median error bound ({m['rho_error_median']:.3g}) exceeds the idealised margin "
-        f"({m['rho_ideal_margin']:.3g}): the network is accurate, but it is not the bi-equivariant circuit the "
-        "paper describes (see also the equivariance errors in section 2 and the family table in section 3).",
+        f"({m['rho_ideal_margin']:.3g}): "
+        + ("the network is accurate, but" if m["accuracy"] >= 0.9 else
+           f"the network itself is right on only {m['accuracy']:.1%}, and")
+        + " it is not the bi-equivariant circuit the paper describes (see also the equivariance errors in section 2 "
+        "and the family table in section 3).",
         icon=":material/info:",
     )
 elif m["bound"] < 0.5:
     st.info(
         f"**The compact proof is weak here.** On {res.group} it certifies {m['bound']:.1%} of the table while the "
         f"network is right on {m['accuracy']:.1%}. {m['unexplained']:.1%} of the unembedding's non-trivial energy "
-        "is outside the explanation, and the explained d×d output matrices are far from multiples of ρ(ab) "
-        "(they vary from input to input instead of forming a clean circuit), so the worst-case error terms exceed the margins. "
+        "is outside the explanation, and "
+        + ("the explained d×d output matrices are far from multiples of ρ(ab) (they vary from input to input "
+           "instead of forming a clean circuit)" if m["rho_bound"] < 0.5 else
+           "although the network does form the paper's circuit (the ρ-set proof certifies "
+           f"{m['rho_bound']:.1%}), this strategy's explanation does not capture it tightly")
+        + ", so the worst-case error terms exceed the margins. "
         "Try the Fourier strategy, a smaller τ or a larger exact residual rank r: the bound tightens, but then "
         "checking it costs about as much as brute force or more."
         + (f" The paper's own ρ-set proof certifies {m['rho_bound']:.1%} on this network (choose that strategy "

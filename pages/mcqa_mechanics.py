@@ -185,14 +185,16 @@ st.caption("Top heads: " + ", ".join(f"L{la + 1}H{h + 1} ({res.head_patch[la, h]
            + f". Top {int(m['k'])} together: {m['topk_recovery']:.2f}; random sets of {int(m['k'])}: "
            f"{m['random_k_recovery_mean']:.2f} on average.")
 if m["topk_recovery"] < eng.HEAD_BAR:
-    busiest = int(np.argmax(res.head_patch.sum(1)))
+    busiest = int(m["busiest_block"])
+    need = m["heads_for_bar"]
     st.info(f"The top {int(m['k'])} heads move less than {eng.HEAD_BAR:.0%} of the logit difference here. Block "
             f"{busiest + 1}'s heads share the work (single-head recoveries "
             + ", ".join(f"{v:.2f}" for v in res.head_patch[busiest])
-            + "), so no small subset carries it; raise 'Heads patched together' to see how many it takes. With the "
-              "shipped model this happens on shuffled-symbol prompts ("
+            + ("), and no top set of up to " f"{len(res.topk_curve)} heads reaches the bar." if np.isnan(need) else
+               f"); the top {int(need)} heads together reach it (raise 'Heads patched together').")
+            + " With the shipped model at seed 0 the default k falls short on shuffled-symbol prompts ("
             + ", ".join(f"top {k}: {v:.2f}" for k, v in eng.QUOTED_TOPK[eng.VARIANTS[1]].items())
-            + " at seed 0), not on prompts in order ("
+            + ") but not on prompts in order ("
             + ", ".join(f"top {k}: {v:.2f}" for k, v in eng.QUOTED_TOPK[eng.VARIANTS[0]].items())
             + ").", icon=":material/info:")
 la, h = res.top_heads[0]

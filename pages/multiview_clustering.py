@@ -28,11 +28,11 @@ layout.paper_header(
     ),
     caveat=(
         "Small scale: scikit-learn's 8×8 digits (at most 1797 samples) and a synthetic set, with small MLP "
-        "encoders trained full-batch for 150 epochs (50 of them a correlation-only warm-up). The paper's ten benchmarks are not reproduced. We added "
+        "encoders trained full-batch (150 epochs by default, 50 of them a correlation-only warm-up). The paper's ten benchmarks are not reproduced. We added "
         "one ingredient of our own: an entropy term that keeps every cluster in use. Without it ('Cluster-balance "
         "weight' 0, under Advanced), self-training merges clusters: at seeds 0–2 only 8 or 9 of the 10 digit "
-        "clusters stay in use (a test keeps this true). Each run also trains the same networks without the within-cluster "
-        "permutations (same seed, data and starting weights); the last badge and the second bar compare the two. "
+        "clusters stay in use (a test keeps this true). With permutations on, each run also trains the same networks "
+        "without them (same seed, data and starting weights); the last badge and the second bar compare the two. "
         "At this scale the difference is small and changes sign across seeds: the gain over the baselines comes "
         "mostly from the deep correlated encoders, the consistent pseudo-labels and the head."
     ),

@@ -190,3 +190,18 @@ def test_live_path_runs_small():
     assert r.n_layers == 1 and r.alpha_softmax.shape == (1, eng.SHIPPED_ARCH.n_heads)
     assert np.isfinite(r.loss_softmax).all() and r.loss_softmax[-10:].mean() < r.loss_softmax[:10].mean()
     np.testing.assert_allclose(r.attn_softmax.sum(-1), 1.0, atol=1e-5)
+
+
+def test_uniform_causal_baseline_and_the_sink_following_its_token():
+    """The baseline is what received() gives for uniform causal attention (built here by brute force), and the
+    excess over it locates the sink: on ⟨s⟩ as typed, on ⟨s⟩ again when an 'a' is put before it (position 2), and
+    nowhere comparable when ⟨s⟩ is replaced (measured excess +0.19, +0.25 and +0.06)."""
+    T = 9
+    uni = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+    np.testing.assert_allclose(eng.uniform_causal_received(T), eng.received(uni[None, None]), atol=1e-12)
+    keep = eng.run(eng.Config())
+    assert keep.metrics["sink_position_orig"] == 1 and keep.tokens_orig[0] == "⟨s⟩"
+    moved = eng.run(eng.Config(first_token="prepend"))
+    assert moved.metrics["sink_position_mod"] == 2 and moved.tokens[1] == "⟨s⟩"
+    gone = eng.run(eng.Config(first_token="replace"))
+    assert gone.metrics["sink_excess_mod"] < 0.5 * gone.metrics["sink_excess_orig"]

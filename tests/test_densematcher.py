@@ -300,3 +300,14 @@ def test_upload_runs(critter_poly):
     notes: list[str] = []
     mesh = eng.clean_mesh(np.asarray(big.points), np.asarray(big.faces).reshape(-1, 4)[:, 1:], "big", notes)
     assert len(mesh.verts) <= eng.MAX_WORK_VERTICES and any("decimated" in n for n in notes)
+
+
+def test_diagonality_badge_fails_for_a_random_point_map(default_result, monkeypatch):
+    """Negative control: a uniformly random point-to-point map must not pass the diagonality badge. (With the
+    constant eigenfunction counted, such a map scored 0.89-0.91 against the bar of 0.85; without it, 0.34.)"""
+    rng = np.random.default_rng(0)
+    monkeypatch.setattr(eng, "p2p_from_fmap", lambda C, ph1, ph2: rng.integers(0, len(ph1), size=len(ph2)))
+    broken = eng.run(eng.Config())
+    (c,) = [c for c in eng.claims(broken) if c.label.startswith("share of |C|²")]
+    assert not c.passed and c.measured < 0.5
+    assert default_result.metrics["diag_mass_p2p"] >= 0.85

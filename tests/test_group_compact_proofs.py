@@ -197,10 +197,13 @@ def test_old_proofs_on_the_s5_checkpoint():
     assert rho.metrics["speedup_ops"] > fo.metrics["speedup_ops"]
 
 
-def test_all_claims_reproduce_on_s4_with_the_fourier_proof():
+def test_bound_claims_reproduce_on_s4_with_the_fourier_proof():
     res = g.run(g.Config(group="S4", method="fourier"))
-    for c in g.claims(res):
-        assert c.passed, c.describe()
+    bound, sound, cost = g.claims(res)
+    assert bound.passed and sound.passed, (bound.describe(), sound.describe())
+    # per certified input the Fourier proof is not cheaper on S4 (measured 1.08x fewer operations, 81.6 % certified:
+    # 0.88), which the page's note says ("checking it costs about as much as brute force or more")
+    assert not cost.passed and cost.measured == pytest.approx(res.metrics["speedup_ops"] * res.metrics["bound"])
     # the Fourier proof is exact when nothing is left out (tau = 0), whatever the cost
     full = g.run(g.Config(group="S4", method="fourier", tau=0.0))
     assert full.metrics["bound"] == full.metrics["accuracy"]
@@ -344,3 +347,14 @@ def test_soundness_badge_fails_for_an_overstated_bound(monkeypatch):
     r = g.run(g.Config())
     sound = next(c for c in g.claims(r) if c.label == "smallest (true − certified) margin")
     assert not sound.passed, sound.describe()
+
+
+def test_cost_badge_counts_certified_inputs_only():
+    """A proof that certifies nothing is cheap to check but settles nothing: at weight noise 0.1 the ρ-set proof
+    certifies 0 % of S5's table while its checks still take 13× fewer operations than brute force, so the cost
+    badge (operations per certified input) must fail there."""
+    r = g.run(g.Config(noise=0.1))
+    m = r.metrics
+    assert m["bound"] == 0.0 and m["speedup_ops"] > 1
+    (c,) = [c for c in g.claims(r) if "per certified input" in c.statement]
+    assert c.measured == m["speedup_certified"] == 0.0 and not c.passed

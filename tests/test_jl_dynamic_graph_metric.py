@@ -223,3 +223,12 @@ def test_any_file_gives_a_valid_stream_or_a_clear_message(data):
     assert 0 <= g.src.min() and max(g.src.max(), g.dst.max()) < g.n_nodes <= eng.MAX_UPLOAD_NODES
     assert np.all(g.src != g.dst) and np.all(np.diff(g.t) >= 0) and g.t[0] == 0 and g.t[-1] == 1
     assert np.all(np.isfinite(g.msg)) and notes
+
+
+def test_jl_bound_badge_fails_where_the_bound_is_vacuous():
+    """At small projection dimensions the JL ε is ≥ 1 (no guarantee at all); the badge must not pass there, whatever
+    the measured distortion (0.08 at d1 = d2 = 128, which the old capped bar of 1 let through)."""
+    r = eng.run(eng.Config(node_dim=128, graph_dim=128))
+    assert r.metrics["jl_eps"] >= 1 and r.metrics["jl_distortion"] < 1
+    (c,) = [c for c in eng.claims(r) if c.statement.startswith("Random projection")]
+    assert not c.passed and "vacuous" in c.detail
