@@ -691,6 +691,20 @@ RISE_BAR = 0.4  # sink score gained between the first and last training snapshot
 LOSS_RATIO_BAR = 1.05  # the sigmoid model trains as well as the softmax one
 
 
+def sink_share_by_layer(result: Result, eps: float) -> dict[str, np.ndarray]:
+    """Per layer, the share of heads whose attention on the first token exceeds eps, for each model."""
+    return {kind: (getattr(result, f"alpha_{kind}") > eps).mean(axis=1)
+            for kind in ("softmax", "sigmoid", "untrained")}
+
+
+def key_value_summary(kv: dict) -> dict[str, np.ndarray]:
+    """Per layer (mean over heads and sequences): the first token's key and value norms relative to the other
+    tokens', and the query cosine with the first key vs with the other keys."""
+    return {"k_first_over_other": kv["k_first"].mean(axis=1) / kv["k_other"].mean(axis=1),
+            "v_first_over_other": kv["v_first"].mean(axis=1) / kv["v_other"].mean(axis=1),
+            "cos_q_k_first": kv["cos_first"].mean(axis=1), "cos_q_k_other": kv["cos_other"].mean(axis=1)}
+
+
 def claims(result: Result):
     from engine.core import Claim
 

@@ -454,6 +454,14 @@ def diagonal_mass(C: np.ndarray, band: int) -> float:
     return float(w[np.abs(i - j) <= band].sum() / max(w.sum(), 1e-300))
 
 
+def accuracy_curves(result, max_err: float = 0.25, n: int = 101) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Share of evaluated target vertices matched within each geodesic error (refined, initial, xyz baseline)."""
+    eps = np.linspace(0, max_err, n)
+    return eps, {name: (err[None, :] <= eps[:, None]).mean(1)
+                 for name, err in (("refined", result.err_final), ("initial", result.err_init),
+                                   ("xyz nearest neighbour", result.err_xyz))}
+
+
 def induced_diagonal_mass(T: np.ndarray, evecs1, evecs2, mass2: np.ndarray, k: int, band: int) -> float:
     """Diagonal share of the k x k map a point map T induces, without the constant eigenfunction: any point map sends
     constants to constants, and that one entry (about 1) would dominate ||C||^2 for a random T (0.89-0.91 for a

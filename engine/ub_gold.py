@@ -503,6 +503,11 @@ def _run(c: Config, progress=None) -> Result:
     return Result(au, ap, fp, sau, sap, sfp, levels, cont, scores, labels, metrics)
 
 
+def contamination_mean(result) -> dict[str, np.ndarray]:
+    """Per detector, AUROC averaged over the scenarios at each contamination level of the training set."""
+    return {m: result.cont_auroc[:, i, :].mean(1) for i, m in enumerate(METHODS)}
+
+
 def claims(result: Result) -> list[Claim]:
     m = result.metrics
     winners = ", ".join(f"{s}: {METHODS[int(m[f'winner_{j}'])]} ({result.auroc[:, j].max():.2f})"

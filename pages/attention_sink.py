@@ -102,12 +102,8 @@ for col, (name, a, key) in zip((c1, c2, c3), (("Untrained softmax model", res.al
     with col:
         charts.show(charts.heatmap(a, x=hx, y=ly, title=name, zmin=0, zmax=1, colorbar_title="α₁",
                                    height=300), key=key)
-per_layer = pd.DataFrame({
-    "layer": np.arange(1, L + 1),
-    "sink_share_softmax": (res.alpha_softmax > cfg.eps).mean(axis=1),
-    "sink_share_sigmoid": (res.alpha_sigmoid > cfg.eps).mean(axis=1),
-    "sink_share_untrained": (res.alpha_untrained > cfg.eps).mean(axis=1),
-})
+per_layer = pd.DataFrame({"layer": np.arange(1, L + 1),
+                          **{f"sink_share_{k}": v for k, v in eng.sink_share_by_layer(res, cfg.eps).items()}})
 # grouped bars, not lines: with one or two layers a line chart is a few points stacked on each other
 share_fig = go.Figure([go.Bar(x=[f"layer {la}" for la in per_layer["layer"]], y=per_layer[f"sink_share_{kind}"],
                               name=kind, marker_color=charts.COLORS[i], text=per_layer[f"sink_share_{kind}"],
@@ -175,13 +171,7 @@ st.caption("Per layer, averaged over heads and held-out sequences (softmax model
            "")
 kv = res.kv["softmax"]
 layers = np.arange(1, L + 1)
-kv_df = pd.DataFrame({
-    "layer": layers,
-    "k_first_over_other": kv["k_first"].mean(axis=1) / kv["k_other"].mean(axis=1),
-    "v_first_over_other": kv["v_first"].mean(axis=1) / kv["v_other"].mean(axis=1),
-    "cos_q_k_first": kv["cos_first"].mean(axis=1),
-    "cos_q_k_other": kv["cos_other"].mean(axis=1),
-})
+kv_df = pd.DataFrame({"layer": layers, **eng.key_value_summary(kv)})
 left, right = st.columns(2)
 with left:
     charts.show(charts.lines(layers, {"‖k₁‖ / mean ‖kⱼ‖": kv_df["k_first_over_other"],

@@ -213,10 +213,7 @@ with left:
                                         "coverage": res.step_coverage}), "densematcher_refinement.csv")
 with right:
     if res.has_truth:
-        eps = np.linspace(0, 0.25, 101)
-        curves = {name: (err[None, :] <= eps[:, None]).mean(1)
-                  for name, err in (("refined", res.err_final), ("initial", res.err_init),
-                                    ("xyz nearest neighbour", res.err_xyz))}
+        eps, curves = eng.accuracy_curves(res)
         fig = charts.lines(eps, curves, title="Share of matches within a geodesic error",
                            xlabel="error / geodesic diameter", ylabel="share of target vertices")
         fig.update_layout(legend=dict(orientation="v", x=0.98, xanchor="right", y=0.05, yanchor="bottom"))

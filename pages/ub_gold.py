@@ -66,7 +66,7 @@ st.caption(f"Best AUROC per scenario at these settings: {winners}. What each det
               "graphs better than the summaries do." if gin_takes_class else "."))
 
 st.subheader("Robustness to a contaminated training set")
-ys = {m: res.cont_auroc[:, i, :].mean(1) for i, m in enumerate(eng.METHODS)}
+ys = eng.contamination_mean(res)
 charts.show(charts.lines(res.contamination, ys, title="AUROC (mean over scenarios) when the training set "
                          "contains anomalies", xlabel="fraction of anomalies in training", ylabel="AUROC",
                          mode="lines+markers"), key="contamination")
