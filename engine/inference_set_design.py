@@ -337,7 +337,9 @@ def claims(result: Result) -> list[Claim]:
         Claim("With the same stopping rule, the active agent stops with at most 80% of the labels the "
               "random agent needs.",
               measured=m["stop_ratio"], op="<=", threshold=0.8, label="f_stop(active) / f_stop(random)",
-              detail=f"active {m['active_f_stop']:.0%} vs random {m['random_f_stop']:.0%} of the pool"),
+              detail=f"active {m['active_f_stop']:.0%} vs random {m['random_f_stop']:.0%} of the pool"
+                     + "".join(f"; the {a} agent's rule never fired (all labels bought)"
+                               for a in ("active", "random") if not m[f"{a}_halted"])),
         Claim("The stop comes close to the true crossing point: at most two rounds (batches) after the "
               "target is first truly met.",
               measured=m["active_overshoot"], op="<=", threshold=2, fmt=".0f",

@@ -501,7 +501,7 @@ def claims(result: Result) -> list[Claim]:
               "strengthening lowers it",
               m["direction_agreement"], ">=", 1.0, label="share of seeds × directions with the same sign",
               fmt=".2f",
-              detail=(f"mean Δλ₂: spectral +{m['dgap_spec_max']:.3f} / {m['dgap_spec_min']:.3f}, ComMa "
+              detail=(f"mean Δλ₂: spectral {m['dgap_spec_max']:+.3f} / {m['dgap_spec_min']:+.3f}, ComMa "
                       f"{m['dgap_comma_weaken']:+.3f} / {m['dgap_comma_strengthen']:+.3f}")),
         Claim("…at a fraction of the cost: ComMa (Louvain included) is at least 3× faster than the greedy "
               "spectral method at the same edge budget",

@@ -39,7 +39,7 @@ layout.paper_header(
         "bar (at least half the heads) depends on the head count: in this task one head copies and the others "
         "idle, and with 2 heads the idle one sinks. Trained offline with the same data and recipe, a 1-layer "
         "4-head model sank in 1 of its 4 heads, and a 2-layer, 4-head, d = 64 model in at most 2 of 8 (0 of 8 "
-        "after 3 000 steps, 1 of 8 after 10 000), so at those sizes the badge would fail."
+        "after 3 000 steps, 1–2 of 8 after 10 000), so at those sizes the badge would fail."
     ),
 )
 
@@ -210,7 +210,8 @@ st.caption(f"Largest excess: position {po} ('{res.tokens_orig[po - 1]}', +{m['si
               " The sink moved with ⟨s⟩: in this model it is tied to the token it always saw first in training."
               if res.tokens[pm - 1] == "⟨s⟩" else
               " Without ⟨s⟩ no position collects a comparable excess: the sink here belongs to the token the model "
-              "always saw first in training, not to position 1." if m["sink_excess_mod"] < 0.5 * m["sink_excess_orig"]
+              "always saw first in training, not to position 1." if (cfg.first_token in ("replace", "drop")
+                                                       and m["sink_excess_mod"] < 0.5 * m["sink_excess_orig"])
               else ""))
 download.download_csv(pd.DataFrame({"position": np.arange(1, len(res.recv_orig) + 1),
                                     "token": res.tokens_orig, "received": res.recv_orig,

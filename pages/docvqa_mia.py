@@ -145,8 +145,9 @@ if st.toggle("Run the sweeps (about 10–20 s)", key="docvqa_mia_sweep"):
         download.download_csv(pd.DataFrame({"weight_decay": sr.wd_values, **sr.auc_wd}), "mia_auc_vs_weight_decay.csv")
     sm = sr.metrics
     st.caption(f"Measured here, weight decay 0 → {sr.wd_values[-1]:g}: the white-box AUC drops by "
-               f"{sm['wd_drop_white']:.2f}, the loss baseline's by {sm['wd_drop_loss']:.2f} and the black-box "
-               f"attack's (its proxy is trained without weight decay) by {sm['wd_drop_black']:.2f}."
+               f"{sm['wd_drop_white']:+.2f}, the loss baseline's by {sm['wd_drop_loss']:+.2f} and the black-box "
+               f"attack's (its proxy is trained without weight decay) by {sm['wd_drop_black']:+.2f} (a negative "
+               "drop is a rise)."
                + (" Our reading: decay shrinks the weights, hence the hidden vectors whose norm sets the white-box "
                   "fine-tuning geometry, while the ranking of answer losses survives."
                   if sm["wd_drop_white"] > max(sm["wd_drop_loss"], sm["wd_drop_black"]) else ""))
@@ -170,7 +171,9 @@ architecture (from its own random initialisation: the attacker does not know the
 true answers agree with what the target (hence the proxy) learned.
 
 **Loss-threshold baseline.** Score $-\bar\ell(D) = -\frac1Q\sum_j \ell(\theta_0; D, q_j, a_j)$ (the ROC sweeps every
-threshold); decisions: member if $\bar\ell(D) <$ the mean training loss. The "beats the baseline" claims also ask
+threshold); decisions: member if $\bar\ell(D) <$ the mean training loss (Yeom's rule), or by 2-means on
+$\bar\ell(D)$, which needs no threshold at all; the decision badge compares with the better of the two. The
+"beats the baseline" claims also ask
 each attack to clear chance by 3 standard deviations of a no-signal AUC (or accuracy): with an untrained target the
 baseline can drift below 0.5, and a chance-level attack would otherwise "beat" it.
 """)

@@ -72,12 +72,14 @@ elif m["bound"] < 0.5:
            "although the network does form the paper's circuit (the ρ-set proof certifies "
            f"{m['rho_bound']:.1%}), this strategy's explanation does not capture it tightly")
         + ", so the worst-case error terms exceed the margins. "
-        "Try the Fourier strategy, a smaller τ or a larger exact residual rank r: the bound tightens, but then "
-        "checking it costs about as much as brute force or more."
+        + ("Try " if res.method == "fourier" else "Try the Fourier strategy, ")
+        + "a smaller τ or a larger exact residual rank r: the bound tightens, but then checking it costs about as "
+        "much as brute force or more."
         + (f" The paper's own ρ-set proof certifies {m['rho_bound']:.1%} on this network (choose that strategy "
            "for the reasons)." if res.method != "rho-sets" else "")
         + (" On S5 our character-table argument stays vacuous even on the paper-recipe network: its "
-           "nuclear-norm remainder is larger than the gap in the character table." if res.group == "S5" else ""),
+           "nuclear-norm remainder is larger than the gap in the character table."
+           if res.group == "S5" and res.method == "characters" else ""),
         icon=":material/info:",
     )
 

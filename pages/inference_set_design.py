@@ -44,7 +44,8 @@ for name, tr, color in (("active", act, charts.COLORS[0]), ("random", rnd, chart
     fig.add_trace(go.Scatter(x=tr.frac_next, y=tr.sa_lb, name=f"{name}: certified lower bound",
                              mode="lines", line=dict(color=color, dash="dash", width=1.5)))
     s = tr.stop_round
-    fig.add_trace(go.Scatter(x=[tr.frac_next[s]], y=[tr.sa_delivered[s]], name=f"{name}: stop",
+    fig.add_trace(go.Scatter(x=[tr.frac_next[s]], y=[tr.sa_delivered[s]],
+                             name=f"{name}: stop" if tr.halted else f"{name}: no stop (all labels)",
                              mode="markers", marker=dict(color=color, size=14, symbol="star")))
 fig.add_hline(y=cfg.target, line_dash="dot", line_color="grey", annotation_text="target τ")
 fig.update_xaxes(title="fraction of the pool labelled")

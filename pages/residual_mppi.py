@@ -130,15 +130,17 @@ if res.gains is not None:
             charts.show(charts.lines(H, ys, title=f"Gain −∂a₀/∂s: {name}", xlabel="horizon H", ylabel="gain",
                                      mode="lines+markers"), key=f"gain_{i}{j}")
     st.caption(
-        "The planned first action is a linear function of the state here (linear model, quadratic costs), so it has a "
-        "gain, a = −K s. The Monte-Carlo gain is measured by planning from eight nudged start states with the same "
-        "sampled perturbations; the closed forms are exact for the settings above (σ, λ, γ, ω′; exact model, no "
-        "clipping, no information cost). Short horizons cannot see the add-on's future cost; one MPPI step moves "
-        "from the prior only part of the way to the truncated optimum (λ/σ² damps it), and with few samples in a "
-        "long sequence the Monte-Carlo step falls further short. As H grows, the truncated residual gain reaches "
-        "K_c: the residual objective is ω·r + r_R up to a shaping term whose weight γᴴ vanishes."
-        + (" With ω′ = 0 the residual problem has no action cost, and the closed forms other than one MPPI "
-           "step do not exist." if cfg.w_logp == 0 else ""))
+        "With infinitely many samples the planned first action is a linear function of the state here (linear "
+        "model, quadratic costs), a = −K s; with K samples the Monte-Carlo gain is a local finite difference, "
+        "planned from eight nudged start states with the same sampled perturbations. The closed forms are exact "
+        "for the settings above (σ, λ, γ, ω′; exact model, no clipping, no information cost)."
+        + (" Short horizons cannot see the add-on's future cost; one MPPI step moves from the prior only part of "
+           "the way to the truncated optimum (λ/σ² damps it), and with few samples in a long sequence the "
+           "Monte-Carlo step falls further short, down to the prior's own plan when no sample beats it. As H "
+           "grows, the truncated residual gain reaches K_c: the residual objective is ω·r + r_R up to a shaping "
+           "term whose weight γᴴ vanishes." if cfg.w_logp > 0 else
+           " With ω′ = 0 the residual problem has no action cost, so the truncated optimum and K_c do not exist; "
+           "only one MPPI step (Greedy-MPPI's) is drawn beside the Monte Carlo."))
     download.download_csv(pd.DataFrame({"horizon": H, **{f"{k}_{a}{b}": g[k][:, a, b] for k in
                                                            ("planner", "step", "truncated")
                                                            for (a, b), _ in entries},

@@ -132,7 +132,7 @@ st.caption("Greedy success after training (200 episodes, seed mean): " + ", ".jo
     f"{names[v]} {res.eval_success[v].mean():.2f}" for v in res.variants) + ". Violations over training "
     "(seed mean): " + ", ".join(f"{names[v]} {res.final_cost[v].mean():.0f}" for v in res.variants) + ".")
 
-st.subheader("What the safety representation sees (SRPL, seed 1)")
+st.subheader("What the safety representation sees (SRPL, first training seed)")
 near = lambda d: np.where(res.water, np.nan, d[..., : max(1, min(d.shape[-1] - 1, 2 // cfg.bin_size))].sum(-1))  # noqa: E731
 c1, c2 = st.columns(2)
 with c1:

@@ -311,3 +311,5 @@ def test_diagonality_badge_fails_for_a_random_point_map(default_result, monkeypa
     (c,) = [c for c in eng.claims(broken) if c.label.startswith("share of |C|²")]
     assert not c.passed and c.measured < 0.5
     assert default_result.metrics["diag_mass_p2p"] >= 0.85
+    # the engine's own null (one random map, shown in the badge's detail) agrees with the patched run
+    assert abs(default_result.metrics["diag_mass_random"] - c.measured) < 0.1
