@@ -84,6 +84,10 @@ def test_sweep_at_utd_one_reads_higher_over_lower():
     assert res.metrics["mad_utd_ratio"] == pytest.approx(med["MAD-TD @ UTD 2"] / med["MAD-TD @ UTD 1"])
     labels = [c.label for c in eng.claims(res)]
     assert "real-only RMSE, UTD 2 / UTD 1" in labels and "MAD-TD RMSE, UTD 2 / UTD 1" in labels
+    # at UTD 2 there is no UTD pair, but the noisy-model variant still runs and its badge is shown
+    at2 = eng.claims(eng.run(eng.Config(sweep=True, utd=2, env_steps=100, n_seeds=2, width=16)))
+    assert [c.label for c in at2][-1] == "RMSE noisy model / good model"
+    assert not any("UTD 2 /" in c.label for c in at2)
 
 
 @pytest.mark.parametrize("arch", ["ln-mish", "relu"])
