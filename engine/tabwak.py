@@ -119,6 +119,9 @@ class Result:
     z_true: np.ndarray
     z_inv: np.ndarray
     metrics: dict[str, float] = field(default_factory=dict)
+    # the detector's inverted latents of the watermarked and plain pools (after the attack), for independent checks
+    z_hat_wm: np.ndarray = field(default_factory=lambda: np.zeros((0, D), np.float32))
+    z_hat_plain: np.ndarray = field(default_factory=lambda: np.zeros((0, D), np.float32))
     # attack sweep (Config.sweep): attack, strengths, and per method mean z and TPR of the sub-tables
     sweep: dict = field(default_factory=dict)
 
@@ -455,6 +458,7 @@ def run(config: Config, progress=None) -> Result:
         wm_cols=r_wm[:1000, cols].astype(np.float32), plain_cols=r_plain[:1000, cols].astype(np.float32),
         col_names=[names[c] for c in cols], z_true=z_cal[:, 0].astype(np.float32),
         z_inv=h_cal[:, 0].astype(np.float32), metrics=m, sweep=sweep,
+        z_hat_wm=h_wm.astype(np.float32), z_hat_plain=h_plain.astype(np.float32),
     )
 
 

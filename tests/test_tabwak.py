@@ -169,3 +169,29 @@ def test_fixed_key_rows_correlate_as_shared_signs_predict(default_result):
     import math
 
     assert default_result.metrics["corr_fixed"] == pytest.approx(2 / math.pi, abs=0.05)
+
+
+def test_exact_binomial_test_agrees_with_the_z_test_on_the_default_tables(default_result):
+    """The spec's check on the engine's own tables: for disjoint 200-row tables of the watermarked and the plain pool
+    (inverted by the engine's DDIM at the default settings), scipy's exact one-sided binomial test on the pooled
+    valid-bit matches and the engine's z-test on the mean row score reach the same decision at the 1e-3 level."""
+    r, cfg = default_result, eng.Config()
+    n, key = cfg.n_rows, cfg.key
+    decisions = []
+    for pool, watermarked in ((r.z_hat_wm, True), (r.z_hat_plain, False)):
+        z = pool.astype(np.float64)
+        zz = z[:, : 2 * eng.HALF]
+        code = eng.quartile_code(zz, *np.quantile(zz, [0.25, 0.5, 0.75]))[:, np.argsort(eng.permutation(key))]
+        a, b = code[:, : eng.HALF], code[:, eng.HALF:]
+        valid = a <= 1
+        match = valid & (((b == 1) | (b == 3)) == (a == 1))
+        s = eng.row_scores(z, "tabwak_star", key)
+        for start in range(0, len(z) - n + 1, n):
+            rows = slice(start, start + n)
+            p = binomtest(int(match[rows].sum()), int(valid[rows].sum()), 0.5, alternative="greater").pvalue
+            sr = s[rows][np.isfinite(s[rows])]
+            zval = (sr.mean() - r.null_mu) / (r.null_sd / np.sqrt(len(sr)))
+            assert (p < 1e-3) == (zval > eng.Z_THRESHOLD), (watermarked, start, p, zval)
+            decisions.append((watermarked, p < 1e-3))
+    # and the decisions are the right ones: every watermarked table detected, no plain table flagged
+    assert all(d == w for w, d in decisions) and len(decisions) == 10
