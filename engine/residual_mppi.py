@@ -352,15 +352,23 @@ GAIN_HORIZONS = (2, 5, 10, 15, 20, 25, 30, 40, 50)
 FD_STEP = 1e-3      # central-difference step in each state coordinate
 
 
+def _residual_stage_cost(gamma: float, omega: float, Q_R):
+    """The planner's stage cost on the quadratic add-on, -r_R - omega*alpha*log pi up to a constant, as
+    s'Qs s + 2 s'N a + a'Ra a: omega*alpha*log pi = -omega (a + K_pi s)' G (a + K_pi s) + const, G = R + gamma B'PB.
+    Returns (K_pi, Qs, N, Ra)."""
+    _, B = dynamics_matrices()
+    prior = Prior(gamma)
+    G = R_BASIC + gamma * B.T @ prior.P @ B
+    K = prior.K
+    return K, Q_R + omega * K.T @ G @ K, omega * K.T @ G, omega * G
+
+
 def truncated_residual_gain(H: int, gamma: float, omega: float, Q_R=Q_STAY_LOW) -> np.ndarray:
     """First-step gain L_0 (a = -L_0 s) of the problem the planner solves with horizon H: a finite-horizon LQR with
     stage cost s'Q_R s + omega (a + K_pi s)' G (a + K_pi s), G = R + gamma B'PB, discount gamma and no terminal
     cost, solved by backward recursion. (omega * alpha * log pi is that quadratic up to a constant.)"""
     A, B = dynamics_matrices()
-    prior = Prior(gamma)
-    G = R_BASIC + gamma * B.T @ prior.P @ B
-    K = prior.K
-    Qs, N, Ra = Q_R + omega * K.T @ G @ K, omega * K.T @ G, omega * G   # s'Qs s + 2 s'N a + a'Ra a
+    _, Qs, N, Ra = _residual_stage_cost(gamma, omega, Q_R)
     P = np.zeros((4, 4))
     L = np.zeros((2, 4))
     for _ in range(H):
@@ -376,10 +384,7 @@ def mppi_step_gain(H: int, sigma: float, lam: float, gamma: float, omega: float,
     The nominal u0 = W s0 rolls out the prior's mean (a = -K_pi s). So a_0 = -K s0 with
     K = K_pi + E_0 (M + lam/sigma^2 I)^-1 (M W + C); lam -> 0 gives the truncated-residual gain, lam -> inf K_pi."""
     A, B = dynamics_matrices()
-    prior = Prior(gamma)
-    G = R_BASIC + gamma * B.T @ prior.P @ B
-    Kp = prior.K
-    Qs, N, Ra = Q_R + omega * Kp.T @ G @ Kp, omega * Kp.T @ G, omega * G
+    Kp, Qs, N, Ra = _residual_stage_cost(gamma, omega, Q_R)
     n = 2 * H
     M = np.zeros((n, n))
     C = np.zeros((n, 4))
@@ -483,6 +488,7 @@ def run(config: Config, progress=None) -> Result:
     m["greedy_worse"] = max(m["greedy_dist_ratio"] / 3.0, m["greedy_basic_ratio"] / 1.5)
     gains = None
     if config.addon == "stay_low":   # the quadratic add-on: the planner's gain has closed forms to compare with
+        report(progress, 0.99, "planner gain vs horizon (about 1 s)")
         gains = gains_vs_horizon(config, np.random.default_rng([config.seed, 4242]))
     cf = None
     if config.closed_form:
