@@ -4,7 +4,7 @@ Importing this package does not import torch; the torch helpers live in
 ``engine.core.nn`` and are imported only by engines that train models.
 """
 
-from engine.core.claims import Claim, all_passed, auc_chance_bar
+from engine.core.claims import Claim, all_passed, auc_chance_bar, auc_standard_error
 from engine.core.device import FORCE_CPU_ENV, device_label, get_device
 from engine.core.progress import Progress, ProgressSpan, report
 from engine.core.seeding import make_rng, seed_everything
@@ -13,6 +13,7 @@ __all__ = [
     "Claim",
     "all_passed",
     "auc_chance_bar",
+    "auc_standard_error",
     "FORCE_CPU_ENV",
     "device_label",
     "get_device",

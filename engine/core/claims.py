@@ -77,3 +77,10 @@ def auc_chance_bar(n_pos: int, n_neg: int, k: float = 3.0) -> float:
     """0.5 + k·σ₀, where σ₀ = √((n₊ + n₋ + 1) / (12 n₊ n₋)) is the standard deviation of the AUC (Mann–Whitney
     U / n₊n₋) of a score unrelated to the labels: an AUC at or above it is clearly better than chance."""
     return 0.5 + k * math.sqrt((n_pos + n_neg + 1) / (12.0 * n_pos * n_neg))
+
+
+def auc_standard_error(auc: float, n_pos: int, n_neg: int) -> float:
+    """Hanley & McNeil's (1982) standard error of an AUC measured on n₊ positives and n₋ negatives."""
+    q1, q2 = auc / (2 - auc), 2 * auc * auc / (1 + auc)
+    var = (auc * (1 - auc) + (n_pos - 1) * (q1 - auc * auc) + (n_neg - 1) * (q2 - auc * auc)) / (n_pos * n_neg)
+    return math.sqrt(max(var, 0.0))
