@@ -259,3 +259,11 @@ def test_live_training_over_budget_is_refused_with_the_steps_that_fit():
     with pytest.raises(ValueError, match=r"live training of Hamming\(7,4\).*at most [\d,]+ training steps"):
         eng.Config(train_live=True, live_steps=1500, live_d=32, live_layers=2, live_mask="both")
     assert eng.estimated_seconds(eng.Config(train_live=True)) > eng.estimated_seconds(eng.Config())
+
+
+def test_caveat_quotes_the_shipped_bch_record():
+    """The page's caveat quotes the shipped BCH checkpoint's validation BERs (model 0.0083, BP 0.0080) and its size;
+    they must be what the checkpoint's record says."""
+    _, info = eng.load_model("bch")
+    assert round(float(info["ber_model"]), 4) == 0.0083 and round(float(info["ber_bp10"]), 4) == 0.0080
+    assert int(info["layers"]) == 4 and int(info["steps"]) == 40_000
