@@ -199,8 +199,11 @@ def router_grad_coefs(pi: np.ndarray, m_t: np.ndarray, dw_norm: np.ndarray, f: n
 
 
 def simulate(cfg: Config, variants: list[Variant], W_pools: list[np.ndarray], tasks: list, rho_all: np.ndarray,
-             progress=None) -> dict:
-    """Run every (variant, seed) pair in lockstep. tasks[s] = (pool idx (T,), X (T, D, S), X⁺ (T, S, D))."""
+             progress=None, update_all: bool = False) -> dict:
+    """Run every (variant, seed) pair in lockstep. tasks[s] = (pool idx (T,), X (T, D, S), X⁺ (T, S, D)).
+
+    ``update_all`` is the spec's negative control for claim 1 (used by the tests, not the page): every active
+    expert, not only the routed one, takes the min-norm step on each task."""
     V, Sd = len(variants), len(W_pools)
     T = cfg.rounds
     Mmax = max(v.experts for v in variants)
@@ -255,10 +258,15 @@ def simulate(cfg: Config, variants: list[Variant], W_pools: list[np.ndarray], ta
         # expert update (min-norm fit of the new task)
         wm = w[rows, m_t]
         dw = np.einsum("rk,rkd->rd", y - np.einsum("rd,rdk->rk", wm, X), Xp)
-        w[rows, m_t] = wm + dw
+        if update_all:
+            dw_all = np.einsum("rmk,rkd->rmd", y[:, None, :] - np.einsum("rmd,rdk->rmk", w, X), Xp)
+            w = w + active[:, :, None] * dw_all
+            E = np.linalg.norm(w[:, :, None, :] - Wstar[seed_of][:, None, :, :], axis=3)
+        else:
+            w[rows, m_t] = wm + dw
+            E[rows, m_t] = np.linalg.norm(w[rows, m_t][:, None, :] - Wstar[seed_of], axis=2)
         dw_norm = np.linalg.norm(dw, axis=1)
         counts[rows, m_t] += 1
-        E[rows, m_t] = np.linalg.norm(w[rows, m_t][:, None, :] - Wstar[seed_of], axis=2)
         pair[rows, m_t, n_t] += 1
         routed[:, k] = m_t
         e_first[:, k] = E[rows, m_t, n_t]

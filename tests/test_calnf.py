@@ -318,3 +318,21 @@ def test_nominal_badge_fails_at_the_seeds_the_page_names(seed):
     label = "|nominal LL(CalNF) − nominal LL(plain flow)| (nats)"
     c = next(c for c in eng.claims(eng.run(eng.Config(seed=seed))) if c.label == label)
     assert not c.passed and c.measured > 0.15, c.describe()
+
+
+def test_work_estimate_admits_the_spec_setting_and_refuses_the_worst_with_a_working_suggestion():
+    """'Compare all' at the spec's 1 000 steps (default data) fits the work limit; with the largest failure set
+    and K it is refused with a step count that then fits, and the single run at its widest still fits."""
+    import re
+    assert eng.HEAVY_CONFIG.compare_all and eng.HEAVY_CONFIG.steps == 1000
+    assert eng.estimated_seconds(eng.HEAVY_CONFIG) <= eng.WORK_LIMIT_S
+    assert eng.estimated_seconds(eng.Config(steps=1000, n_failure=200, K=10)) <= eng.WORK_LIMIT_S
+    with pytest.raises(ValueError, match="use at most") as err:
+        eng.Config(compare_all=True, steps=1000, n_failure=200, K=10)
+    fits = int(re.search(r"at most (\d+) steps", str(err.value)).group(1))
+    assert 100 <= fits < 1000
+    eng.Config(compare_all=True, steps=fits, n_failure=200, K=10)  # accepted
+    # cost grows with every knob the estimate reads
+    base = eng.estimated_seconds(eng.Config())
+    for kw in (dict(steps=600), dict(n_failure=80), dict(K=9), dict(compare_all=True)):
+        assert eng.estimated_seconds(eng.Config(**kw)) > base

@@ -196,3 +196,15 @@ def test_moe_claim_fails_when_the_router_ignores_theta(monkeypatch):
     assert broken.metrics["G_single"] == intact.metrics["G_single"]
     # routing is close to uniform over 5 experts (a random expert per cluster task), far from the intact routing
     assert broken.metrics["purity_moe"] < 0.4 < 0.9 < intact.metrics["purity_moe"]
+
+
+def test_moe_claim_fails_when_every_expert_takes_every_update(monkeypatch):
+    """The spec's second negative control for claim 1: every expert (not only the routed one) takes the min-norm
+    step on every task. All experts start at zero and see the same steps, so they stay equal to the single expert
+    whatever the router does, and the MoE's G_T ratio is 1 up to float rounding (measured 1.000)."""
+    real = eng.simulate
+    monkeypatch.setattr(eng, "simulate", lambda *a, **k: real(*a, **k, update_all=True))
+    broken = eng.run(eng.Config())
+    c = _claim(broken, "median G_T(MoE)")
+    assert not c.passed, c.describe()
+    assert abs(c.measured - 1.0) < 1e-9
