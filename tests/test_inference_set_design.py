@@ -108,3 +108,43 @@ def test_label_free_confidence_rule_is_unsafe_where_the_certified_rule_is_not(kw
     assert m["active_f_naive_stop"] < m["active_f_stop"]
     assert m["active_sa_at_naive_stop"] < tau - 0.02
     assert m["active_halted"] and m["active_sa_at_stop"] >= tau
+
+
+def test_certified_bound_rebuilt_round_by_round_with_scipy(default_result):
+    """Every round's certified system accuracy, rebuilt from what the round saw: the batch's size and correct
+    count, scipy's exact (Clopper–Pearson) interval at two-sided level 1 − 2δ for the one-sided 1 − δ bound, and
+    the share of the pool labelled after the batch: SA_lb = f_next + (1 − f_next) · a_lb."""
+    cfg, n = default_result.config, len(default_result.labels)
+    for tr in default_result.agents.values():
+        for t in range(len(tr.sa_lb)):
+            b = int(round((tr.frac_next[t] - tr.frac[t]) * n))
+            k = int(round(tr.batch_acc[t] * b))
+            assert k == pytest.approx(tr.batch_acc[t] * b, abs=1e-9)    # a whole count of correct labels
+            a_lb = binomtest(k, b).proportion_ci(confidence_level=1 - 2 * cfg.delta, method="exact").low if k else 0.0
+            assert tr.sa_lb[t] == pytest.approx(tr.frac_next[t] + (1 - tr.frac_next[t]) * a_lb, abs=1e-9)
+            # the bound sits below the point estimate whenever the batch was not all correct
+            assert tr.sa_lb[t] <= tr.frac_next[t] + (1 - tr.frac_next[t]) * tr.batch_acc[t] + 1e-12
+
+
+@pytest.mark.parametrize("rho,b", [(0.0, 40), (0.3, 40), (0.5, 7), (0.9, 25)])
+def test_select_batch_draws_a_random_share_and_then_the_most_uncertain(rho, b):
+    """Brute-force property of the active batch: b distinct hidden examples, of which at least b − ⌊ρ b⌋ are at
+    least as uncertain as every hidden example left out (the rest are the uniform draws)."""
+    rng = np.random.default_rng(5)
+    u = rng.random(300)
+    hidden = np.sort(rng.choice(300, 120, replace=False))
+    chosen = eng.select_batch("active", hidden, u, b, rho, np.random.default_rng(6))
+    assert len(chosen) == b and len(np.unique(chosen)) == b and np.isin(chosen, hidden).all()
+    left = np.setdiff1d(hidden, chosen)
+    n_rand = int(np.floor(rho * b + 1e-9))
+    assert (u[chosen] >= u[left].max()).sum() >= b - n_rand
+    # with ρ = 0 it is exactly the top-b of the hidden set
+    if rho == 0:
+        assert set(chosen) == set(hidden[np.argsort(-u[hidden])[:b]])
+
+
+def test_interp_at_passes_through_every_round(default_result):
+    for tr in default_result.agents.values():
+        for t in range(len(tr.sa)):
+            assert eng.interp_at(tr, tr.frac[t]) == pytest.approx(tr.sa[t], abs=1e-12)
+        assert eng.interp_at(tr, 1.0) == 1.0
