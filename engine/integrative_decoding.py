@@ -335,21 +335,14 @@ def _evaluate_world(world: World, rng, cfg: Config, ks, reps: int, want_detail: 
             acc_id[i] += a_corr.mean() / reps
             if k == 16:
                 all_right["ID"] += a_corr.all(1).mean() / reps
-            # USC-like: the sample agreeing with most other samples (fact by fact)
             v = vals[:, :k]
-            agree = (v[:, :, None, :] == v[:, None, :, :]).sum(axis=(2, 3))
-            best = np.argmax(agree, axis=1)
+            best = usc_choice(v)
             acc_usc[i] += s_corr[ents, best].mean() / reps
             # fact-level majority vote (ties: lowest value index)
             counts = (v[..., None] == np.arange(world.V)).sum(axis=1)  # [E, F, V]
             acc_vote[i] += (np.argmax(counts, axis=2) == world.truth).mean() / reps
             if k == 4 and rep == 0:
-                d = a_corr.sum(1) - s_corr[:, :4].sum(2).max(1)
-                u, c = np.unique(d, return_counts=True)
-                hist = {int(a): int(b) for a, b in zip(u, c)}
-                beats_greedy = a_corr.sum(1) > g_corr.sum(1)
-                strict = float(np.mean((d > 0) & beats_greedy))
-                greedy_beats_inputs = float(np.mean(g_corr.sum(1) > s_corr[:, :4].sum(2).max(1)))
+                hist, strict, greedy_beats_inputs = integration_stats(a_corr, s_corr[:, :4], g_corr)
             if trace is not None:
                 ex = cfg.example % E
                 top = []
@@ -364,6 +357,27 @@ def _evaluate_world(world: World, rng, cfg: Config, ks, reps: int, want_detail: 
     return dict(acc_id=acc_id, acc_usc=acc_usc, acc_vote=acc_vote, acc_greedy=float(g_corr.mean()),
                 strict=strict, greedy_beats_inputs=greedy_beats_inputs,
                 acc_sample=float(acc_sample), all_right=all_right, hist=hist, detail=detail)
+
+
+def usc_choice(vals: np.ndarray) -> np.ndarray:
+    """USC-like pick per entity: the sample whose facts agree with the most facts of the samples (itself
+    included, the same constant for every sample), ties to the lowest index. vals: [E, k, F] -> [E]."""
+    agree = (vals[:, :, None, :] == vals[:, None, :, :]).sum(axis=(2, 3))
+    return np.argmax(agree, axis=1)
+
+
+def integration_stats(id_correct: np.ndarray, sample_correct: np.ndarray, greedy_correct: np.ndarray):
+    """Per entity d = facts right in the integrated answer − facts right in its best input sample.
+
+    id_correct [E, F], sample_correct [E, k, F], greedy_correct [E, F] (booleans). Returns the histogram of d,
+    the share of entities with d > 0 whose answer also beats greedy's, and the share where greedy beats every
+    input sample."""
+    best_input = sample_correct.sum(2).max(1)
+    d = id_correct.sum(1) - best_input
+    u, c = np.unique(d, return_counts=True)
+    hist = {int(a): int(b) for a, b in zip(u, c)}
+    strict = float(np.mean((d > 0) & (id_correct.sum(1) > greedy_correct.sum(1))))
+    return hist, strict, float(np.mean(greedy_correct.sum(1) > best_input))
 
 
 def run(config: Config, progress=None) -> Result:

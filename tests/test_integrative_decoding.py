@@ -171,3 +171,68 @@ def test_claim1_fails_when_probabilities_are_merged_in_the_wrong_space(default_r
     assert not eng.claims(broken)[0].passed
     assert broken.metrics["gain_over_greedy"] < 0.02
     assert broken.metrics["acc_id_16"] < default_result.metrics["acc_id_16"] - 0.07
+
+
+def test_usc_choice_matches_a_pairwise_brute_force():
+    rng = np.random.default_rng(11)
+    for _ in range(30):
+        E, k, F, V = 4, int(rng.integers(1, 7)), 5, int(rng.integers(2, 5))
+        vals = rng.integers(0, V, size=(E, k, F))
+        got = eng.usc_choice(vals)
+        for e in range(E):
+            score = [sum(int(vals[e, i, f] == vals[e, j, f]) for j in range(k) if j != i for f in range(F))
+                     for i in range(k)]
+            assert got[e] == score.index(max(score))           # most agreement with the others, lowest index
+
+
+def test_integration_stats_match_a_loop_over_entities():
+    rng = np.random.default_rng(12)
+    E, k, F = 200, 4, 5
+    a, s, g = rng.random((E, F)) < 0.6, rng.random((E, k, F)) < 0.5, rng.random((E, F)) < 0.55
+    hist, strict, greedy_beats = eng.integration_stats(a, s, g)
+    ds, n_strict, n_greedy = [], 0, 0
+    for e in range(E):
+        best = max(int(s[e, i].sum()) for i in range(k))
+        d = int(a[e].sum()) - best
+        ds.append(d)
+        n_strict += d > 0 and int(a[e].sum()) > int(g[e].sum())
+        n_greedy += int(g[e].sum()) > best
+    assert hist == {d: ds.count(d) for d in set(ds)}
+    assert strict == pytest.approx(n_strict / E) and greedy_beats == pytest.approx(n_greedy / E)
+    assert strict <= sum(c for d, c in hist.items() if d > 0) / E
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_sample_decode_draws_from_the_tempered_softmax(temperature):
+    """Chi-square test of 40 000 one-token draws against softmax(log p / T)."""
+    from scipy.stats import chisquare
+    logp = log_softmax(np.array([1.5, 0.2, -0.7, 0.9, -2.0]))
+    n = 40_000
+    tok = eng.sample_decode(lambda ctx: np.tile(logp, (len(ctx), 1)), np.zeros((n, 1), int), 1, eos_id=-1,
+                            rng=np.random.default_rng(13), temperature=temperature)[:, 0]
+    expected = np.exp(log_softmax(logp / temperature)) * n
+    assert chisquare(np.bincount(tok, minlength=5), expected).pvalue > 1e-3
+
+
+def test_snowball_shrinks_the_true_value_once_per_earlier_wrong_fact():
+    """The next slot's probability of the true value is p_true · (1 − s)^(wrong facts so far); the other values
+    share the rest in their old proportions."""
+    s = 0.3
+    w = _world(seed=5, snowball=s)
+    e = np.arange(w.E)
+    f = 3
+    for n_wrong in range(f + 1):
+        ctx = w.plain_prompt(e)
+        for j in range(f):
+            v = (w.truth[:, j] + (1 if j < n_wrong else 0)) % w.V
+            ctx = np.concatenate([ctx, w.token(np.full(w.E, j), v, np.zeros(w.E, int))[:, None]], 1)
+        p = np.exp(w.next_logprobs(ctx).astype(float))
+        pv = np.stack([sum(p[e, w.token(np.full(w.E, f), np.full(w.E, v), np.full(w.E, si))]
+                           for si in range(w.S)) for v in range(w.V)], 1)        # [E, V] value probabilities
+        pt = w.p_true[e, f]
+        np.testing.assert_allclose(pv[e, w.truth[:, f]], pt * (1 - s) ** n_wrong, rtol=1e-4)
+        other = np.ones((w.E, w.V), bool)
+        other[e, w.truth[:, f]] = False
+        base = w.value_p[e, f] * other
+        np.testing.assert_allclose(pv * other, base * ((1 - pt * (1 - s) ** n_wrong) / (1 - pt))[:, None],
+                                   rtol=1e-4, atol=1e-7)
