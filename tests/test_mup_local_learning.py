@@ -45,6 +45,16 @@ def test_iterative_inference_reaches_the_linear_equilibrium():
     ups = eng.pc_update(ws, d["x"][None], d["y"][None], 1.0, 0.1, 2000, ident, lambda u: torch.ones_like(u))
     closed = d["pc"] / d["x"].shape[0]
     np.testing.assert_allclose(ups[0][0].numpy(), closed.numpy(), atol=1e-6)
+    # the top layer's update uses the equilibrium hidden state (not the feed-forward one) as presynaptic activity:
+    # h* minimises ½‖h − W₁x‖² + γ/2 ‖y − W₂h‖², so h* = (I + γ W₂ᵀW₂)⁻¹ (W₁x + γ W₂ᵀy), and the update is
+    # γ (y − W₂h*) h*ᵀ / B
+    W1, W2, x, y, gamma = d["W1"], d["W2"], d["x"], d["y"], 1.0
+    A = torch.eye(W2.shape[1], dtype=W2.dtype) + gamma * W2.T @ W2
+    Hs = torch.linalg.solve(A, (x @ W1.T + gamma * y @ W2).T).T              # (B, hidden)
+    top = gamma * (y - Hs @ W2.T).T @ Hs / x.shape[0]
+    np.testing.assert_allclose(ups[1][0].numpy(), top.numpy(), atol=1e-6)
+    ff = x @ W1.T                                                             # the feed-forward state differs
+    assert float((gamma * (y - ff @ W2.T).T @ ff / x.shape[0] - top).abs().max()) > 1e-3
 
 
 def test_small_gamma_pc_matches_backprop():
@@ -183,3 +193,17 @@ def test_sp_and_mup_trajectories_are_bit_identical_at_base_width(monkeypatch):
     assert all(not torch.equal(a, b) for a, b in zip(first, last))
     assert not torch.equal(wide[0][0][2][:n_lr], wide[0][0][2][n_lr:])
     np.testing.assert_array_equal(res.final_loss[0, 0], res.final_loss[1, 0])
+
+
+def test_reported_shift_and_regret_recomputed_from_the_grid(default_result):
+    """Octave shift log₂ lr*(smallest width) − log₂ lr*(largest) and regret L_large(lr*_small) / min L_large, from
+    the stored final losses (the spec's definitions)."""
+    r = default_result
+    for p, name in enumerate(r.param_names):
+        fl = r.final_loss[p]
+        i_small, i_large = int(np.argmin(fl[0])), int(np.argmin(fl[-1]))
+        assert r.lr_star[p, 0] == r.lrs[i_small] and r.lr_star[p, -1] == r.lrs[i_large]
+        assert r.metrics[f"{name}_shift"] == pytest.approx(np.log2(r.lrs[i_small]) - np.log2(r.lrs[i_large]))
+        regret = min(fl[-1, i_small] / fl[-1, i_large], eng.REGRET_CAP) if np.isfinite(fl[-1, i_small]) \
+            else eng.REGRET_CAP
+        assert r.metrics[f"{name}_regret"] == pytest.approx(regret)
