@@ -244,6 +244,36 @@ def router_features(A, X, dst, src, scores) -> np.ndarray:
 
 # --------------------------------------------------------------------------- router training
 
+def edge_weights(G, dst_t, MtT):
+    """Soft edge weight of the gate mix: w_e = Σ_k G[dst_e, k] · mask_k[e] (the expected keep of edge e under
+    its destination node's gates). G (n, K), dst_t (E,), MtT (E, K)."""
+    return (G.index_select(0, dst_t) * MtT).sum(1)
+
+
+def weighted_degree(w, dst_t, n: int):
+    """1 + Σ of the kept weight into each node (the self-loop counts 1): the mean's denominator, shape (n, 1)."""
+    import torch
+
+    return (1.0 + torch.zeros(n, dtype=w.dtype).index_add_(0, dst_t, w))[:, None]
+
+
+def propagate(h, w, src_t, dst_t, norm):
+    """Weighted mean over each node and its in-neighbours: (h_i + Σ_{e: dst_e = i} w_e h_{src_e}) / norm_i."""
+    # index_select rather than h[src_t]: its gradient is one index_add_, not a slower accumulating index_put_
+    return h.clone().index_add_(0, dst_t, w[:, None] * h.index_select(0, src_t)) / norm
+
+
+def router_penalties(G, keep_frac, deg):
+    """(expected kept share of all edges, squared coefficient of variation of the experts' importance).
+
+    keep (G · keep_frac) is each node's expected kept share of its in-edges; weighted by degree it sums to
+    Σ_e w_e / E. Importance is the gate mass per expert; its CV² uses torch's unbiased variance."""
+    keep = (G * keep_frac.T).sum(1)
+    global_keep = (keep * deg).sum() / deg.sum()
+    importance = G.sum(0)
+    return global_keep, importance.var() / (importance.mean() ** 2 + 1e-9)
+
+
 def train_router(c: Config, A, X, y, train_idx, dst, src, masks, Z, progress=None):
     """Joint training of the noisy top-k router and a 2-layer weighted-mean GNN. Returns gates (n, K)."""
     import torch
@@ -282,25 +312,17 @@ def train_router(c: Config, A, X, y, train_idx, dst, src, masks, Z, progress=Non
         sparse = torch.full_like(logits, float("-inf")).scatter(1, top.indices, top.values)
         return torch.softmax(sparse, dim=1)
 
-    def prop(h, w, norm):
-        # index_select rather than h[src_t]: its gradient is one index_add_, not a slower accumulating index_put_
-        agg = h.clone().index_add_(0, dst_t, w[:, None] * h.index_select(0, src_t))
-        return agg / norm
-
     losses = []
     for ep in range(c.epochs):
         opt.zero_grad(set_to_none=True)
         G = gates(True)                                              # (n, K)
-        w = (G.index_select(0, dst_t) * MtT).sum(1)                  # edge weights (E,)
-        norm = (1.0 + torch.zeros(n).index_add_(0, dst_t, w))[:, None]   # weighted degree, once per epoch
-        h = torch.relu(W1(prop(Xt, w, norm)))                       # propagate the 16-d input first
+        w = edge_weights(G, dst_t, MtT)                              # edge weights (E,)
+        norm = weighted_degree(w, dst_t, n)                          # once per epoch
+        h = torch.relu(W1(propagate(Xt, w, src_t, dst_t, norm)))     # propagate the 16-d input first
         h = torch.nn.functional.dropout(h, 0.5, training=True)
-        out = prop(W2(h), w, norm)
+        out = propagate(W2(h), w, src_t, dst_t, norm)
         ce = torch.nn.functional.cross_entropy(out.index_select(0, tr), ytr)
-        keep = (G * keep_frac.T).sum(1)                              # expected kept fraction per node
-        global_keep = (keep * deg).sum() / deg.sum()
-        importance = G.sum(0)
-        balance = importance.var() / (importance.mean() ** 2 + 1e-9)
+        global_keep, balance = router_penalties(G, keep_frac, deg)
         loss = ce + 20.0 * (global_keep - target_keep) ** 2 + 0.01 * balance
         loss.backward()
         opt.step()

@@ -18,8 +18,13 @@ def small():
     return A, X, y, region, dst, src, eng.edge_scores(A, X, src, dst)
 
 
-def test_claims_pass_at_default():
-    res = eng.run(eng.Config())
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    res = default_result
     for c in eng.claims(res):
         assert c.passed, c.describe()
     assert res.metrics["sparsity_gap"] < 0.1        # the router hit roughly the asked-for sparsity
@@ -126,3 +131,49 @@ def test_local_sparsify_matches_the_edge_count():
         g = eng.local_sparsify(A, dst, src, sc["jaccard"], target)
         assert abs(eng.edge_list(g).shape[0] - target) <= 0.03 * n_edges
         assert (g - g.multiply(A)).count_nonzero() == 0            # a subgraph of A
+
+
+def test_every_reported_accuracy_is_a_count_of_test_nodes(default_result):
+    """Accuracies are correct test nodes / test nodes: the per-region scores recombined with the wrong weights, or
+    any other mix-up, would leave a fraction of a node."""
+    r, n = default_result, eng.Config().n_nodes
+    n_te = n - int(0.3 * n) - int(0.2 * n)
+    accs = [r.mog_acc, r.full_acc, *r.matched_acc.values(), *np.concatenate(list(r.grid_acc.values()))]
+    for a in accs:
+        assert a * n_te == pytest.approx(round(a * n_te), abs=1e-3), a   # float32 accuracies
+
+
+def _router_case(seed=0, n=30, K=4, E=120):
+    rng = np.random.default_rng(seed)
+    dst, src = rng.integers(0, n, E), rng.integers(0, n, E)
+    dst[:3] = 0                                   # node n - 1 may have no in-edge: the self-loop alone remains
+    masks = (rng.random((K, E)) < 0.5).astype(np.float32)
+    logits = rng.normal(size=(n, K))
+    G = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    return rng, dst, src, masks, G.astype(np.float32)
+
+
+def test_router_pieces_match_brute_force_loops():
+    import torch
+    rng, dst, src, masks, G = _router_case()
+    n, K, E = G.shape[0], G.shape[1], len(dst)
+    t = torch.as_tensor
+    w = eng.edge_weights(t(G), t(dst), t(masks.T.copy())).numpy()
+    w_ref = np.array([sum(G[dst[e], k] * masks[k, e] for k in range(K)) for e in range(E)])
+    np.testing.assert_allclose(w, w_ref, rtol=1e-6)
+    h = rng.normal(size=(n, 5)).astype(np.float32)
+    norm = eng.weighted_degree(t(w), t(dst), n)
+    out = eng.propagate(t(h), t(w), t(src), t(dst), norm).numpy()
+    for i in range(n):
+        into = [e for e in range(E) if dst[e] == i]
+        ref = (h[i] + sum(w[e] * h[src[e]] for e in into)) / (1 + sum(w[e] for e in into))
+        np.testing.assert_allclose(out[i], ref, rtol=1e-5, atol=1e-6)
+    # penalties: the degree-weighted expected keep is the mean edge weight; balance is CV² of gate mass per expert
+    deg = np.bincount(dst, minlength=n).astype(np.float32)
+    keep_frac = np.zeros((K, n), np.float32)
+    for e in range(E):
+        keep_frac[:, dst[e]] += masks[:, e] / deg[dst[e]]
+    gk, bal = eng.router_penalties(t(G), t(keep_frac), t(deg))
+    assert float(gk) == pytest.approx(w_ref.sum() / E, rel=1e-5)
+    imp = G.sum(0)
+    assert float(bal) == pytest.approx(np.var(imp, ddof=1) / np.mean(imp) ** 2, rel=1e-4)
