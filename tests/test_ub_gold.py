@@ -12,8 +12,13 @@ def _nx(g):
     return nx.from_numpy_array(g.A)
 
 
-def test_claims_pass_at_default():
-    res = eng.run(eng.Config())
+@pytest.fixture(scope="module")
+def default_result():
+    return eng.run(eng.Config())
+
+
+def test_claims_pass_at_default(default_result):
+    res = default_result
     for c in eng.claims(res):
         assert c.passed, c.describe()
 
@@ -179,3 +184,67 @@ def test_planted_hub_keeps_the_edge_count(n, hub):
     assert deg[c1[0]] == deg[c1].max() and deg[c1[0]] >= len(c1) - 1
     np.testing.assert_array_equal(hubbed.A, hubbed.A.T)
     assert not np.diag(hubbed.A).any()
+
+
+def test_no_detector_scores_clearly_below_chance(default_result):
+    """Higher score = more anomalous for every detector: a detector whose sign is flipped ranks anomalies below
+    normal graphs and lands far under 0.5. Allowed: chance minus three Hanley–McNeil standard errors, on clean and
+    on contaminated training sets."""
+    c = eng.Config()
+    for level_auc in [default_result.auroc, *default_result.cont_auroc]:
+        for a in np.ravel(level_auc):
+            assert a >= 0.5 - 3 * eng.auc_standard_error(0.5, c.n_test, c.n_test), level_auc
+
+
+def test_wl_ocsvm_separates_trees_from_rings():
+    """A plain check of the kernel detector's direction: trained on trees, it must score rings as anomalous."""
+    c = eng.Config()
+    rng = np.random.default_rng(0)
+    trees = [eng.tree_graph(int(rng.integers(12, 20)), rng) for _ in range(60)]
+    rings = [eng.ring_graph(int(rng.integers(12, 20)), rng) for _ in range(20)]
+    graphs = trees + rings
+    K = eng.wl_kernel(*(2 * [eng.wl_features(graphs, c.wl_iters)]))
+    S = eng.graph_statistics_all(graphs)
+    tr, te = np.arange(40), np.arange(40, 80)
+    y = np.r_[np.zeros(20), np.ones(20)]
+    for method, s in eng.detect_all(K, S, tr, te, c, 0).items():
+        assert eng.auroc(y, s) > 0.9, method
+
+
+def test_detectors_see_only_their_training_rows():
+    """Statistics are standardised with the training rows alone and the kernel detector reads only train
+    columns: changing every row outside train and test leaves the scores as they were."""
+    c = eng.Config()
+    rng = np.random.default_rng(1)
+    norm, anom = eng.scenario_graphs(eng.SCENARIOS[0], c, rng, 60, 30)
+    graphs = norm + anom
+    K = eng.wl_kernel(*(2 * [eng.wl_features(graphs, c.wl_iters)]))
+    S = eng.graph_statistics_all(graphs)
+    tr, te = np.arange(30), np.r_[np.arange(40, 60), np.arange(60, 70)]
+    other = np.setdiff1d(np.arange(len(graphs)), np.r_[tr, te])
+    S2, K2 = S.copy(), K.copy()
+    S2[other] = S2[other] * 7.0 + 3.0
+    K2[other, :] = 0.123
+    K2[:, other] = 0.123
+    a, b = eng.detect_all(K, S, tr, te, c, 0), eng.detect_all(K2, S2, tr, te, c, 0)
+    for m in a:
+        np.testing.assert_allclose(a[m], b[m], rtol=1e-12, atol=1e-12)
+
+
+def test_contaminated_training_sets_never_hold_test_graphs(monkeypatch):
+    """The anomalies mixed into training at each contamination level are extra graphs, never the test ones."""
+    seen = []
+    real = eng.detect_all
+
+    def spy(K, S, tr, te, c, seed):
+        seen.append((tr.copy(), te.copy()))
+        return real(K, S, tr, te, c, seed)
+
+    monkeypatch.setattr(eng, "detect_all", spy)
+    cfg = eng.Config(n_train=40, n_test=20, svdd_epochs=10)
+    eng.run(cfg)
+    assert len(seen) == len(eng.SCENARIOS) * 3
+    n_contaminated = [len(tr) for tr, _ in seen]
+    assert len(set(n_contaminated)) == 1                       # same training size at every level
+    for tr, te in seen:
+        assert len(np.intersect1d(tr, te)) == 0 and len(te) == 2 * cfg.n_test
