@@ -248,3 +248,34 @@ def test_contaminated_training_sets_never_hold_test_graphs(monkeypatch):
     assert len(set(n_contaminated)) == 1                       # same training size at every level
     for tr, te in seen:
         assert len(np.intersect1d(tr, te)) == 0 and len(te) == 2 * cfg.n_test
+
+
+def test_svdd_embedding_matches_a_dense_per_graph_gin():
+    """Untrained (epochs = 0) scores against a plain dense GIN written per graph: three bias-free layers
+    h ← relu(relu(((I + A) h) W₁) W₂), each layer sum-pooled, pools concatenated; centre = mean training
+    embedding with |c| < 0.1 pushed to ±0.1; score = squared distance to the centre."""
+    import torch
+    c = eng.Config()
+    rng = np.random.default_rng(2)
+    norm, anom = eng.scenario_graphs(eng.SCENARIOS[1], c, rng, 12, 6)
+    train, test = norm[:8], norm[8:] + anom
+    got = eng.svdd_scores([(train, test)], 0, seed=7)[0]
+    torch.manual_seed(7)
+    Ws, d_in = [], eng.FEAT
+    for _ in range(3):
+        l1, l2 = torch.nn.Linear(d_in, 32, bias=False), torch.nn.Linear(32, 32, bias=False)
+        Ws.append((l1.weight.detach().double(), l2.weight.detach().double()))
+        d_in = 32
+
+    def embed(g):
+        AI = torch.as_tensor(g.A, dtype=torch.float64) + torch.eye(len(g.A), dtype=torch.float64)
+        h, pools = torch.as_tensor(g.X, dtype=torch.float64), []
+        for W1, W2 in Ws:
+            h = torch.relu(torch.relu((AI @ h) @ W1.T) @ W2.T)
+            pools.append(h.sum(0))
+        return torch.cat(pools)
+
+    centre = torch.stack([embed(g) for g in train]).mean(0)
+    centre = torch.where(centre.abs() < 0.1, 0.1 * torch.sign(centre + 1e-12), centre)
+    ref = np.array([float(((embed(g) - centre) ** 2).sum()) for g in test])
+    np.testing.assert_allclose(got, ref, rtol=1e-4)
