@@ -222,3 +222,45 @@ def test_result_carries_helstrom_per_sample(default_result):
     np.testing.assert_allclose(r.helstrom, 0.5 * (1 + r.c), atol=1e-15)
     assert r.helstrom.shape == r.c.shape and np.all((r.helstrom >= 0.5) & (r.helstrom <= 1.0))
     assert r.metrics["median_helstrom"] == pytest.approx(float(np.median(r.helstrom)))
+
+
+@pytest.mark.parametrize("entangler", ["cz", "cnot"])
+def test_cost_is_z_on_qubit_zero_of_the_reference_circuit(entangler):
+    n, layers = 3, 2
+    th = np.random.default_rng(3).uniform(0, 2 * np.pi, (4, 2 * n * layers))
+    got = eng.hea_cost(torch.tensor(th), n, layers, entangler).numpy()
+    z0 = _on(Z, 0, n)
+    for i in range(4):
+        psi = _reference_hea(th[i], n, layers, entangler)[:, 0]
+        assert got[i] == pytest.approx(float(np.real(psi.conj() @ z0 @ psi)), abs=1e-10)
+
+
+def test_one_perturbed_angle_meets_the_sine_bound_exactly():
+    """Moving a single angle by δ is one rotation conjugated by the rest of the circuit, so the channel distance
+    is sin(|δ|/2): B₂ is tight there, B₁ = |δ|/2 above it."""
+    n, layers = 3, 2
+    p = 2 * n * layers
+    rng = np.random.default_rng(4)
+    th = torch.tensor(rng.uniform(0, 2 * np.pi, (6, p)))
+    delta = np.zeros((6, p))
+    delta[np.arange(6), rng.integers(0, p, 6)] = [0.05, -0.3, 1.0, 2.5, -3.0, 0.7]
+    c = eng.unitary_channel_distance(eng.hea_unitary(th, n, layers), eng.hea_unitary(th + torch.tensor(delta), n, layers))
+    b1, b2 = eng.bounds(delta)
+    np.testing.assert_allclose(c, b2, atol=1e-10)
+    np.testing.assert_allclose(b2, np.sin(np.abs(delta).sum(1) / 2), atol=1e-12)
+    np.testing.assert_allclose(b1, np.abs(delta).sum(1) / 2, atol=1e-12)
+    wide = rng.uniform(-3, 3, (50, p))
+    assert np.all(eng.bounds(wide)[1] <= eng.bounds(wide)[0] + 1e-12)
+
+
+def test_frame_potential_of_copies_of_one_unitary_is_d_to_the_fourth():
+    u = eng.haar_unitaries(2, 1, np.random.default_rng(5))
+    assert eng.frame_potential_samples(np.repeat(u, 6, axis=0)) == pytest.approx(16.0, abs=1e-9)
+
+
+def test_gradient_sweep_reads_eta_not_epsilon():
+    base = eng.run(eng.Config(perturbation="uniform"))
+    other_eps = eng.run(eng.Config(perturbation="uniform", epsilon=eng.STEP_VALUES[-1]))
+    np.testing.assert_array_equal(base.sweep_c, other_eps.sweep_c)
+    other_eta = eng.run(eng.Config(perturbation="uniform", eta=eng.STEP_VALUES[-1]))
+    assert not np.array_equal(base.sweep_c, other_eta.sweep_c)
