@@ -189,3 +189,52 @@ def test_the_specs_rollout_sizes_learn_at_one_seed_of_three(monkeypatch):
     cfg = eng.Config(run_pqn=True)
     greedy = [eng.train_pqn(cfg, seed, layernorm=True)["greedy"] for seed in range(3)]
     assert sum(g >= 60 for g in greedy) == 1, greedy
+
+
+def test_one_baird_step_of_each_network_is_autograd_on_its_stated_loss():
+    """One step of run_baird against torch autograd on each variant's loss, from the same initial weights:
+    Σ_s μ_s · ½ (γ·stop_grad(f(x₇)) − f(x_s))² + ½ η_ℓ2 ‖w‖², with η_ℓ2 = l2 for the plain MLP and LN + ℓ2 and 0 for
+    LN alone (semi-gradient TD: the bootstrap target is not differentiated)."""
+    cfg = eng.Config(n_seeds=3, width=16, updates="expected")
+    object.__setattr__(cfg, "steps", 1)                       # one update (the widget's range starts at 500)
+    nets = eng.run_baird(cfg, np.random.default_rng(9))[-1]
+    rng = np.random.default_rng(9)                            # the engine's first draws: M0, then w0
+    R, k = cfg.n_seeds, cfg.width
+    M0 = rng.normal(0.0, np.sqrt(1 / 8), size=(R, k, 8))
+    w0 = rng.normal(0.0, np.sqrt(1 / k), size=(R, k))
+    X = torch.tensor(eng.baird_features())
+    mu = torch.full((R, 7), 1 / 7, dtype=torch.float64)
+    for v, ln, l2 in (("mlp", False, cfg.l2), ("ln", True, 0.0), ("ln_l2", True, cfg.l2)):
+        M, b, w = (torch.tensor(a, requires_grad=True) for a in (M0, np.zeros((R, k)), w0))
+        h = torch.einsum("sd,rkd->rsk", X, M) + b[:, None, :]
+        if ln:
+            h = torch.nn.functional.layer_norm(h, (k,), eps=eng.LN_EPS)
+        f = torch.einsum("rsk,rk->rs", torch.relu(h), w)
+        target = cfg.gamma * f[:, 6:7].detach()
+        loss = (mu * 0.5 * (target - f) ** 2).sum() + 0.5 * l2 * (w**2).sum()
+        loss.backward()
+        for got, p in zip(nets[v], (M, b, w)):
+            np.testing.assert_allclose(got, (p - cfg.lr * p.grad).detach().numpy(), atol=1e-12, err_msg=v)
+
+
+def test_truncation_bootstraps_and_hands_back_the_true_next_state():
+    """Time-limit ends are not terminal: λ-returns still bootstrap there, and the environment returns the state
+    the action led to (the reset state only becomes the next observation)."""
+    gamma = 0.9
+    r = torch.tensor([[1.0], [0.5], [2.0]])
+    q = torch.tensor([[3.0], [1.0], [4.0]])
+    term, done = torch.zeros(3, 1), torch.zeros(3, 1)
+    done[-1] = 1.0                                            # truncated, not terminated, at the window's end
+    G = eng.lambda_returns(r, term, done, q, gamma, 0.5)
+    assert torch.isclose(G[-1, 0], r[-1, 0] + gamma * q[-1, 0])
+    term[-1] = 1.0                                            # a real terminal step does not bootstrap
+    assert torch.isclose(eng.lambda_returns(r, term, done, q, gamma, 0.5)[-1, 0], r[-1, 0])
+
+    env = eng.CartPole(4, torch.Generator().manual_seed(0))
+    env.t[:] = env.max_steps - 1
+    before = env.state.clone()
+    a = torch.tensor([0, 1, 0, 1])
+    nxt, _, term, done = env.step(a)
+    assert bool(done.all()) and not bool(term.any())
+    np.testing.assert_allclose(nxt.numpy(), eng.CartPole.dynamics(before, a.double()).float().numpy(), atol=1e-6)
+    assert not torch.allclose(env.state.float(), nxt) and bool((env.t == 0).all())
