@@ -148,3 +148,25 @@ def test_without_the_balance_term_clusters_merge(default_result):
         used = np.unique(r.pred).size
         assert used in (8, 9), (seed, used)
     assert np.unique(default_result.pred).size == eng.Config().clusters
+
+
+def test_view_two_is_never_the_samples_own_image():
+    """View 2's partner is another image of the same class. The samples are the generator's first draw, so they
+    can be redrawn here; with noise 0 view 2 is the partner image itself."""
+    imgs, labels = eng._digits()
+    flat = imgs.reshape(len(imgs), -1)
+    n, k = 300, 5
+    v2, y = eng.make_digits_views(np.random.default_rng(4), n, k, 0.0)[1:]
+    idx = np.random.default_rng(4).choice(np.nonzero(labels < k)[0], size=n, replace=False)
+    assert np.array_equal(labels[idx], y)
+    own = np.all(np.isclose(v2, flat[idx]), axis=1)
+    assert not own.any(), np.flatnonzero(own)
+
+
+def test_within_cluster_permutation_leaves_every_unlabelled_sample_in_place():
+    rng = np.random.default_rng(1)
+    pseudo = np.where(rng.random(400) < 0.4, -1, rng.integers(0, 6, 400))
+    perm = eng.within_cluster_permutation(pseudo, rng)
+    assert sorted(perm) == list(range(400)) and np.all(pseudo[perm] == pseudo)
+    assert np.array_equal(perm[pseudo < 0], np.flatnonzero(pseudo < 0))
+    assert (perm[pseudo >= 0] != np.flatnonzero(pseudo >= 0)).mean() > 0.5     # the labelled ones do move
