@@ -251,3 +251,69 @@ def test_caveat_misaligned_gcn_is_near_chance(default_result):
     feat = max(acc[i["feast"]].mean(), acc[i["comfy"]].mean())
     comma = max(acc[i["comma_weaken"]].mean(), acc[i["comma_strengthen"]].mean())
     assert abs(feat - comma) < acc.std(1).mean()
+
+
+@pytest.mark.parametrize("direction", [+1, -1])
+def test_greedy_first_pair_is_the_best_first_order_addition_then_deletion(direction):
+    """With a budget of one, the greedy's addition is the non-edge with the best flip score in the wanted
+    direction and its deletion the edge with the best negated score whose ends keep a neighbour."""
+    rng = np.random.default_rng(7)
+    A, _ = G.sbm_adjacency([20, 20], 0.3, 0.05, rng)
+    Ad = A.toarray()
+    added, removed = eng.spectral_greedy(A, 1, direction)
+    lam, x = G.fiedler(A, tol=1e-6)
+    S = direction * eng.flip_scores(x, lam)
+    iu, ju = np.triu_indices(40, k=1)
+    non_edge = Ad[iu, ju] == 0
+    p = int(np.where(non_edge, S[iu, ju], -np.inf).argmax())
+    assert tuple(added[0]) == (iu[p], ju[p])
+    deg = Ad.sum(1)
+    deg[[iu[p], ju[p]]] += 1
+    ok = (Ad[iu, ju] > 0) & (deg[iu] >= 2) & (deg[ju] >= 2)
+    q = int(np.where(ok, -S[iu, ju], -np.inf).argmax())
+    assert tuple(removed[0]) == (iu[q], ju[q])
+
+
+def test_cosine_similarity_matches_sklearn():
+    from sklearn.metrics.pairwise import cosine_similarity as sk_cos
+    X = np.random.default_rng(8).normal(size=(30, 7))
+    np.testing.assert_allclose(eng.cosine_similarity(X), sk_cos(X), atol=1e-12)
+
+
+def test_comfy_splits_the_budget_by_node_pairs_per_block():
+    """Each block's share of the additions follows its number of node pairs (capped by what the block can
+    take: non-edges above, edges below its mean edge similarity), counted here from the graph."""
+    rng = np.random.default_rng(2)
+    g = G.attributed_sbm(120, 3, 0.15, 0.02, 1.0, 0.8, rng)
+    A, comm = g.A, G.louvain(g.A, seed=0)
+    Ad = A.toarray() > 0
+    S = eng.cosine_similarity(g.X)
+    budget = 30
+    add, rem = eng.comfy(A, g.X, comm, budget)
+    ids = np.unique(comm)
+    pairs, caps, got = [], [], []
+    for i, a in enumerate(ids):
+        for b in ids[i:]:
+            inb = [(u, v) for u in range(len(comm)) for v in range(u + 1, len(comm))
+                   if {comm[u], comm[v]} == {a, b} and (a != b or comm[u] == a)]
+            if not inb:
+                continue
+            edges = [S[u, v] for u, v in inb if Ad[u, v]]
+            mean = np.mean(edges) if edges else -np.inf
+            caps.append(min(sum(1 for u, v in inb if not Ad[u, v] and S[u, v] > mean),
+                            sum(1 for s in edges if s < mean)))
+            pairs.append(len(inb))
+            got.append(sum(1 for u, v in add if {comm[u], comm[v]} == {a, b}))
+    want = eng._allocate(budget, np.array(pairs, float), np.array(caps))
+    assert got == list(want) and sum(got) == len(add) == len(rem)
+
+
+def test_greedy_never_isolates_a_node_on_a_sparse_graph():
+    for seed, direction in ((8, +1), (9, -1), (10, +1), (10, -1)):
+        A, _ = G.sbm_adjacency([15, 15], 0.12, 0.02, np.random.default_rng(seed))
+        added, removed = eng.spectral_greedy(A, 15, direction)
+        E = {tuple(e) for e in G.edge_list(A).tolist()}
+        assert all(tuple(e) not in E for e in added.tolist()) and all(tuple(e) in E for e in removed.tolist())
+        B = G.apply_edits(A, added, removed)
+        assert B.toarray().sum(1).min() >= 1
+        assert len({tuple(e) for e in removed.tolist()}) == len(removed)
