@@ -1,5 +1,7 @@
 """Bilinear MLP engine: claims at the default config and checks against independent computations."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -263,3 +265,116 @@ def test_drawn_digits_are_recognised():
     right = sum(int(np.argmax(eng.run_upload(eng.Config(), payload=data).sample_logits) == digit)
                 for width in (8, 22) for digit, data in _drawn_digits(width).items())
     assert right >= 16, right
+
+
+# ------------------------------------------------------------------------------------------ against the trained weights
+
+def _run_and_keep_model(cfg, payload=None):
+    """Run the digits pipeline and keep the trained bilinear model (the first model `_train_classifier` returns), so
+    the test can recompute everything from its weights with plain numpy."""
+    kept = []
+    train = eng._train_classifier
+
+    def spy(*args, **kwargs):
+        out = train(*args, **kwargs)
+        kept.append(out[0])
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eng, "_train_classifier", spy)
+        res = eng.run_upload(cfg, payload=payload) if payload is not None else eng.run(cfg)
+    return res, kept[0], cfg
+
+
+def _numpy_weights(model):
+    """E (d x 64) and the symmetrised interaction matrices Q (C x d x d), by a plain einsum over the weights."""
+    E = model.embed.weight.detach().double().numpy()
+    W = model.w.weight.detach().double().numpy()
+    V = model.v.weight.detach().double().numpy()
+    P = model.head.weight.detach().double().numpy()
+    B = np.einsum("ck,ki,kj->cij", P, W, V)
+    return E, 0.5 * (B + np.swapaxes(B, 1, 2))
+
+
+@pytest.fixture(scope="module")
+def kept_plain():
+    return _run_and_keep_model(eng.Config(relu_baseline=False))
+
+
+@pytest.fixture(scope="module")
+def kept_contrast_upload():
+    from engine.core.data import digits_split
+
+    x0 = digits_split(1200, 0)[2][5]
+    return _run_and_keep_model(eng.Config(class_idx=3, contrast="8", relu_baseline=False),
+                               payload=_png(1.0 - _render(x0)))
+
+
+def _shown_matrix(cfg, Q):
+    c = cfg.class_idx
+    return Q[c] - Q[int(cfg.contrast)] if cfg.contrast != "none" and int(cfg.contrast) != c else Q[c]
+
+
+@pytest.mark.parametrize("which", ["kept_plain", "kept_contrast_upload"])
+def test_shown_eigenvalues_and_pixel_images_follow_from_the_weights(which, request):
+    """The page shows the 4 most positive and 4 most negative eigenpairs of Q(e_c) or Q(e_c − e_c'). Their
+    eigenvalues must be numpy's eigvalsh of that matrix (a flipped contrast negates and reorders them), and each
+    image p must be the pixel direction Eᵀu of its eigenvector: (p·x)² = (u·Ex)² for every input x."""
+    res, model, cfg = request.getfixturevalue(which)
+    E, Q = _numpy_weights(model)
+    lam, U = np.linalg.eigh(_shown_matrix(cfg, Q))             # ascending
+    want = np.concatenate([lam[::-1][:4], lam[:4]])            # largest four, then most negative four
+    np.testing.assert_allclose(res.shown_vals, want, rtol=1e-9, atol=1e-12)
+    X = np.random.default_rng(4).normal(size=(16, E.shape[1]))
+    for img, val in zip(res.shown_images, res.shown_vals):
+        u = U[:, int(np.argmin(np.abs(lam - val)))]
+        p = img.ravel()
+        np.testing.assert_allclose((X @ p) ** 2, (X @ E.T @ u) ** 2, rtol=1e-8, atol=1e-10)
+
+
+def test_truncated_accuracies_match_a_brute_force_eigen_readout(kept_plain):
+    """Keeping the k largest (or smallest) |λ| per class and summing λ_i (u_i·Ex)² over just those gives the
+    truncated logits; their test accuracy, recomputed here from numpy's eigh, is the curve at k, and the headline
+    top-10 / bottom-10 / random-10 numbers are the k = 10 points of their curves."""
+    from engine.core.data import digits_split
+
+    res, model, _ = kept_plain
+    E, Q = _numpy_weights(model)
+    _, _, Xte, yte = digits_split(eng.Config().n_train, eng.Config().seed)
+    Z = Xte.astype(np.float64) @ E.T
+    lam, U = np.linalg.eigh(Q)                                 # C x d, C x d x d
+    parts = lam[None] * np.einsum("cdi,nd->nci", U, Z) ** 2    # n x C x d
+    d = lam.shape[1]
+    for name, key in [("top", -np.abs(lam)), ("bottom", np.abs(lam))]:
+        order = np.argsort(key, axis=1)
+        accs = []
+        for k in range(1, d + 1):
+            keep = np.zeros_like(lam, dtype=bool)
+            np.put_along_axis(keep, order[:, :k], True, axis=1)
+            logits = np.where(keep[None], parts, 0.0).sum(axis=2)
+            accs.append(np.mean(logits.argmax(1) == yte))
+        np.testing.assert_allclose(res.trunc_acc[name], accs, atol=1.5 / len(yte))
+        assert res.metrics[f"acc_{name}10"] == pytest.approx(accs[9], abs=1.5 / len(yte)), name
+    assert list(res.ks[:10]) == list(range(1, 11))
+    assert res.metrics["acc_random10"] == res.trunc_acc["random"][9]
+    assert res.metrics["acc_keep"] == res.trunc_acc["top"][eng.Config().k_keep - 1]
+
+
+def test_uploaded_digit_contributions_sum_to_its_logits(kept_contrast_upload):
+    """For the uploaded input x, the bars are λ_i (u_i·Ex)² of the predicted class and the runner-up; over all i they
+    add up to the model's logit. Recomputed from the weights with numpy: the logits match the forward pass and the ten
+    largest |contributions| match the ones the page shows."""
+    res, model, _ = kept_contrast_upload
+    E, Q = _numpy_weights(model)
+    x = res.sample_image.ravel()
+    lam, U = np.linalg.eigh(Q)
+    parts = lam * (np.einsum("cdi,d->ci", U, E @ x)) ** 2     # C x d
+    with torch.no_grad():
+        logits = copy.deepcopy(model).double()(torch.tensor(x[None]))[0].numpy()
+    np.testing.assert_allclose(parts.sum(axis=1), logits, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(res.sample_logits, logits, rtol=1e-4, atol=1e-4 * np.abs(logits).max())
+    assert set(res.sample_contrib) == {str(int(c)) for c in np.argsort(-logits)[:2]}
+    for cls, shown in res.sample_contrib.items():
+        row = parts[int(cls)]
+        top = row[np.argsort(-np.abs(row))[:10]]
+        np.testing.assert_allclose(shown, top, rtol=1e-8, atol=1e-10)

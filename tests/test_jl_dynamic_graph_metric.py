@@ -232,3 +232,119 @@ def test_jl_bound_badge_fails_where_the_bound_is_vacuous():
     assert r.metrics["jl_eps"] >= 1 and r.metrics["jl_distortion"] < 1
     (c,) = [c for c in eng.claims(r) if c.statement.startswith("Random projection")]
     assert not c.passed and "vacuous" in c.detail
+
+
+# ------------------------------------------------------------------------------------------------- mutation guards
+
+@pytest.mark.parametrize("d1,d2", [(16, 64), (64, 16)])
+def test_sketch_keeps_squared_norm_on_average_with_unequal_dimensions(stream, d1, d2):
+    """E‖R1ᵀ D R2‖² = ‖D‖² needs R1 ~ N(0, 1/d1) and R2 ~ N(0, 1/d2) each with its own dimension; with d1 ≠ d2 a
+    scale taken from the wrong dimension is off by d2/d1 (4×). Also the entries' variances directly."""
+    a = stream
+    b = eng.perturb(a, "edge rewiring", 0.5, np.random.default_rng(2))
+    D = eng.history_matrix(a, 4000) - eng.history_matrix(b, 4000)
+    exact = np.sum(D.toarray() ** 2)
+    ratios = []
+    for s in range(60):
+        pj = eng.Projector.make(4000, a.n_nodes, d1, d2, seed=s)
+        ratios.append(np.sum((pj.sketch(a) - pj.sketch(b)) ** 2) / exact)
+    assert abs(np.mean(ratios) - 1.0) < 0.1, np.mean(ratios)
+    pj = eng.Projector.make(4000, 400, d1, d2, seed=0)
+    assert pj.R1.shape == (4000, d1) and pj.R2.shape == (400, d2)
+    assert pj.R1.var() * d1 == pytest.approx(1.0, rel=0.05)
+    assert pj.R2.var() * d2 == pytest.approx(1.0, rel=0.05)
+
+
+@pytest.mark.parametrize("p", [0.3, 1.0])
+def test_time_shuffling_returns_a_time_sorted_stream_of_the_same_events(stream, p):
+    """Time shuffling swaps timestamps among a subset of events: the result is again a stream (times non-decreasing,
+    which history_matrix relies on) whose (src, dst, features) rows and whose timestamps are, as multisets, those
+    of the input."""
+    g = eng.perturb(stream, "time shuffling", p, np.random.default_rng(5))
+    assert np.all(np.diff(g.t) >= 0)
+    np.testing.assert_array_equal(np.sort(g.t), np.sort(stream.t))
+
+    def rows(s):
+        return sorted(zip(s.src.tolist(), s.dst.tolist(), map(tuple, s.msg.tolist())))
+
+    assert rows(g) == rows(stream)
+    assert g.n_nodes == stream.n_nodes
+    # the shuffle does move events: some event ends up with another timestamp
+    before = dict(zip(zip(stream.src.tolist(), stream.dst.tolist(), map(tuple, stream.msg.tolist())),
+                      stream.t.tolist()))
+    after = dict(zip(zip(g.src.tolist(), g.dst.tolist(), map(tuple, g.msg.tolist())), g.t.tolist()))
+    assert sum(before[k] != after[k] for k in before) > 0.1 * p * len(stream.t)
+
+
+def test_distortion_recomputed_from_dense_matrices():
+    """Distance preservation by brute force: the run's history matrices M of the compared graphs (kept as it builds
+    them) and its projector's R1, R2, made dense; for every pair with ‖ΔM‖ > 0, ‖ΔG‖ with G = R1ᵀ Mᵀ R2. The reported
+    distances are these, the distortion is max |‖ΔG‖²/‖ΔM‖² − 1|, and ε is the JL bound at d1 d2 / (d1 + d2)."""
+    cfg = eng.Config(n_nodes=50, n_events=500, levels=3, repeats=1, race_nodes=200, node_dim=32, graph_dim=128)
+    Ms, projs = [], []
+    hist, make = eng.history_matrix, eng.Projector.make
+
+    def keep_hist(g, n_slots=None):
+        M = hist(g, n_slots)
+        if n_slots is not None:
+            Ms.append(M.toarray())
+        return M
+
+    def keep_proj(n_slots, n_nodes, d1, d2, seed):
+        pj = make(n_slots, n_nodes, d1, d2, seed)
+        projs.append(pj)
+        return pj
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eng, "history_matrix", keep_hist)
+        mp.setattr(eng.Projector, "make", staticmethod(keep_proj))
+        r = eng.run(cfg)
+    R1, R2 = projs[0].R1, projs[0].R2                      # the comparison's projector is made first
+    assert R1.shape[1] == cfg.node_dim and R2.shape[1] == cfg.graph_dim
+    Gs = [R1[: M.shape[1]].T @ M.T @ R2 for M in Ms]
+    ex, pr = [], []
+    for a in range(len(Ms)):
+        for b in range(a + 1, len(Ms)):
+            e = np.sqrt(np.sum((Ms[a] - Ms[b]) ** 2))
+            if e > 1e-9:
+                ex.append(e)
+                pr.append(np.sqrt(np.sum((Gs[a] - Gs[b]) ** 2)))
+    ex, pr = np.array(ex), np.array(pr)
+    assert len(ex) >= 10
+    np.testing.assert_allclose(r.exact_dist, ex, rtol=1e-10)
+    np.testing.assert_allclose(r.proj_dist, pr, rtol=1e-8)
+    want = np.max(np.abs(pr**2 / ex**2 - 1.0))
+    assert r.metrics["jl_distortion"] == pytest.approx(want, rel=1e-8)
+    k = cfg.node_dim * cfg.graph_dim // (cfg.node_dim + cfg.graph_dim)
+    assert r.metrics["jl_dim"] == k
+    assert r.metrics["jl_eps"] == pytest.approx(eng.jl_eps(len(Ms), k), rel=1e-12)
+
+
+@pytest.mark.parametrize("d1,d2,k", [(256, 256, 128), (32, 512, 30), (64, 16, 12), (128, 32, 25), (1, 1, 1)])
+def test_effective_dim_is_half_the_harmonic_mean(d1, d2, k):
+    """effective_dim is floor(1 / (1/d1 + 1/d2)), never below 1: the dimension k whose relative variance 2/k matches
+    2/d1 + 2/d2 (values worked out by hand)."""
+    assert eng.effective_dim(d1, d2) == k
+    assert eng.effective_dim(d2, d1) == k
+    assert k <= 1 / (1 / d1 + 1 / d2) < k + 1 or k == 1
+
+
+@pytest.mark.parametrize("d1,d2", [(64, 64), (16, 64)])
+def test_effective_dim_matches_the_spread_of_a_rank_one_sketch(d1, d2):
+    """Monte Carlo of the docstring's argument: for a rank-one difference u vᵀ (unit u, v) the sketch's squared norm
+    ‖R1ᵀ u‖² ‖R2ᵀ v‖² has relative variance (1 + 2/d1)(1 + 2/d2) − 1 ≈ 2/k with k = effective_dim(d1, d2);
+    k = min(d1, d2) would predict too little spread (half of it at d1 = d2)."""
+    n_slots, n_nodes = 5, 6
+    u = np.zeros(n_slots)
+    u[2] = 1.0
+    v = np.ones(n_nodes) / np.sqrt(n_nodes)
+    sq = []
+    for s in range(4000):
+        pj = eng.Projector.make(n_slots, n_nodes, d1, d2, seed=s)
+        G = pj.R1.T @ np.outer(u, v) @ pj.R2
+        sq.append(np.sum(G**2))
+    sq = np.array(sq)
+    rel_var = sq.var() / sq.mean() ** 2
+    exact = (1 + 2 / d1) * (1 + 2 / d2) - 1
+    assert rel_var == pytest.approx(exact, rel=0.1)
+    assert rel_var == pytest.approx(2 / eng.effective_dim(d1, d2), rel=0.12)
