@@ -300,3 +300,98 @@ def test_true_quality_recomputed_from_the_tokens_of_a_run(monkeypatch):
     assert res.st_mbr[1] == pytest.approx(hand_quality(cand1)[chosen1, np.arange(eng.N_TEST)].mean(), abs=1e-12)
     # the numbers are far apart, so matching all of them is not a coincidence
     assert res.q_methods["greedy"] < 0.15 < 0.3 < res.q_methods["MBR judge"] < res.q_methods["oracle best-of-N"]
+
+
+# ----------------------------------------------------------------------------- mutation-testing additions
+def test_dpo_reference_is_the_previous_iterations_policy(monkeypatch):
+    """Spec step 6: iteration t runs DPO from π_{t−1} with reference π_ref = π_{t−1}. So at the first gradient step of
+    *every* iteration the policy equals its reference, the margin is exactly 0 and the loss is log 2 per pair. A
+    reference frozen at the SFT policy π₀ gives a non-zero margin from the second iteration on."""
+    calls = []
+    real = eng.dpo_loss_grad_logits
+
+    def spy(logp_w, logp_l, ref_w, ref_l, onehot_w, onehot_l, beta):
+        out = real(logp_w, logp_l, ref_w, ref_l, onehot_w, onehot_l, beta)
+        calls.append((out[0].copy(), out[2].copy()))
+        return out
+
+    monkeypatch.setattr(eng, "dpo_loss_grad_logits", spy)
+    cfg = eng.Config(iterations=3, dpo_steps=20)
+    res = eng.run(cfg)
+    assert np.all(res.st_pairs > 0) and len(calls) == cfg.iterations * cfg.dpo_steps
+    for it in range(cfg.iterations):
+        loss, m = calls[it * cfg.dpo_steps]
+        np.testing.assert_allclose(m, 0.0, atol=1e-12, err_msg=f"iteration {it}")
+        np.testing.assert_allclose(loss, np.log(2), atol=1e-12, err_msg=f"iteration {it}")
+        # within an iteration the policy moves away from its reference
+        assert np.abs(calls[(it + 1) * cfg.dpo_steps - 1][1]).max() > 1e-3
+
+
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_sampling_frequencies_follow_the_tempered_softmax(temperature):
+    """sample() draws each item's token from softmax(z / τ): a chi-square goodness-of-fit test (scipy) of the
+    token counts against that law, for a policy with fixed, prompt-independent logits. τ ≠ 1 tells z/τ from z·τ,
+    and the counts tell Gumbel-max from other perturb-and-argmax noises."""
+    from scipy.stats import chisquare
+
+    rng = np.random.default_rng(11)
+    T = 6
+    pol = eng.Policy(T)
+    z = rng.normal(scale=1.5, size=(eng.K_ITEMS, T))
+    pol.b = z.ravel().copy()
+    X = rng.normal(size=(40, eng.DX))
+    toks = eng.sample(pol, X, 500, temperature, np.random.default_rng(12))     # [N, n, K]
+    assert toks.shape == (500, 40, eng.K_ITEMS)
+    p = np.exp(z / temperature)
+    p /= p.sum(1, keepdims=True)
+    for k in range(eng.K_ITEMS):
+        counts = np.bincount(toks[..., k].ravel(), minlength=T)
+        assert chisquare(counts, p[k] * counts.sum()).pvalue > 1e-3, (k, counts, p[k] * counts.sum())
+
+
+def test_synthetic_embedding_utility_equals_the_documented_rule():
+    """The synthetic word similarity by its documented rule (Config labels, spec): same token 1, generic vs anything
+    else 0.5, another synonym of the same value 0.6, a different value 0.3; averaged over items. Double loop."""
+    rng = np.random.default_rng(13)
+    S = 3
+    world = eng.make_world(rng, S)
+    generic = eng.V_VALUES * S
+    toks = rng.integers(0, generic + 1, size=(6, 5, eng.K_ITEMS))
+    U = eng.embedding_utility(toks, world)
+    kinds = set()
+    for i in range(6):
+        for j in range(6):
+            for p in range(5):
+                sims = []
+                for k in range(eng.K_ITEMS):
+                    a, b = toks[i, p, k], toks[j, p, k]
+                    if a == b:
+                        kind = "same"
+                    elif a == generic or b == generic:
+                        kind = "generic"
+                    elif a // S == b // S:
+                        kind = "synonym"
+                    else:
+                        kind = "other"
+                    kinds.add(kind)
+                    sims.append({"same": 1.0, "generic": 0.5, "synonym": 0.6, "other": 0.3}[kind])
+                assert U[i, j, p] == pytest.approx(np.mean(sims))
+    assert kinds == {"same", "generic", "synonym", "other"}
+
+
+@pytest.mark.parametrize("noise", [0.3, 1.0])
+def test_noisy_judge_scores_are_integers_on_the_1_to_5_scale(noise):
+    """Spec: u_J = clip(round(1 + 4c + noise·ξ), 1, 5), the noise added before rounding, so every score is an integer
+    in 1..5 at any noise. At c = 1/2 (score 3 without noise) the share of exact 3s is P(|noise·ξ| < 1/2) =
+    2Φ(0.5/noise) − 1 (scipy.stats.norm), and 2s and 4s are equally likely."""
+    from scipy.stats import norm
+
+    N, n = 5, 3000
+    vals = np.zeros((N, n, eng.K_ITEMS), dtype=int)
+    vals[..., 3:] = np.arange(N)[:, None, None]        # items 0-2 agree, items 3-5 differ: c = 1/2 off the diagonal
+    U = eng.judge_utility(vals, noise, np.random.default_rng(14))
+    assert set(np.unique(U)) <= {1.0, 2.0, 3.0, 4.0, 5.0}
+    off = U[~np.eye(N, dtype=bool)]                       # [N(N−1), n]
+    assert np.mean(off == 3) == pytest.approx(2 * norm.cdf(0.5 / noise) - 1, abs=0.01)
+    lo = norm.cdf(-0.5 / noise) - norm.cdf(-1.5 / noise)
+    assert np.mean(off == 2) == pytest.approx(lo, abs=0.01) and np.mean(off == 4) == pytest.approx(lo, abs=0.01)

@@ -195,3 +195,136 @@ def test_caveat_per_seed_gains_are_what_the_engine_measures():
         m = eng.run(eng.Config(seed=seed, negative_control=True)).metrics
         got = (m["valid_gain_unbalanced"], m["valid_gain_relax"], m["valid_gain_control"])
         np.testing.assert_allclose(got, quoted, atol=0.006, err_msg=f"seed {seed}")
+
+
+# ----------------------------------------------------------------------------- mutation-testing additions
+def test_euler_uses_the_left_point_time_for_a_time_dependent_oracle():
+    """Explicit Euler from t = 0 with step dt = 1/n evaluates the velocity at t_k = k·dt. For the oracle
+    v(x, t) = c·t the position after j steps is x0 + c·dt²·j(j − 1)/2, so the total displacement is c·(n − 1)/(2n)
+    (not the exact c/2, and not c·(n + 1)/(2n) of the right-point rule); one step moves nothing."""
+    import torch
+
+    c = torch.tensor([0.8, -1.4])
+
+    class Oracle(torch.nn.Module):
+        def forward(self, xt):
+            return xt[:, 2:3] * c
+
+    x0 = np.random.default_rng(1).normal(size=(20, 2))
+    for n in (1, 2, 5, 8):
+        y, path = eng.euler(Oracle(), x0, n, torch.device("cpu"), keep_path=True)
+        assert np.allclose(y - x0, c.numpy() * (n - 1) / (2 * n), atol=1e-5), n
+        assert path.shape == (n + 1, 20, 2)
+        for j in range(n + 1):
+            assert np.allclose(path[j] - x0, c.numpy() * j * (j - 1) / (2 * n * n), atol=1e-5), (n, j)
+
+
+def test_training_inputs_are_the_straight_line_interpolation_and_targets_the_pair_difference(monkeypatch):
+    """The conditional FM loss (spec): x_t = (1 − t)·x0 + t·x1 (x0 at t = 0, x1 at t = 1), regressed onto x1 − x0.
+    Spies on the training pairs (PairSampler.draw) and on the batched layers (torch.baddbmm, which the stacked
+    nets use) record the net's input [x_t, t] and its output at each step; both are checked against the drawn pairs,
+    and the recorded loss against a hand computation of the mean squared error."""
+    import torch
+
+    mu0, mu1, w0, w1 = _params()
+
+    def src(r, n):
+        return eng.sample_mixture(r, n, mu0, w0, eng.SIGMA0)
+
+    s = eng.PairSampler(np.random.default_rng(21), 0.8, src, mu1, w1, 0.05)
+    draws, inputs, outputs = [], [], []
+    real_draw, real_bmm = s.draw, torch.baddbmm
+
+    def spy_draw():
+        out = real_draw()
+        draws.append(out)
+        return out
+
+    def spy_bmm(bias, h, w, *a, **kw):
+        out = real_bmm(bias, h, w, *a, **kw)
+        if h.shape[-1] == 3:
+            inputs.append(h.detach().clone())
+        if out.shape[-1] == 2:
+            outputs.append(out.detach().clone())
+        return out
+
+    s.draw = spy_draw
+    monkeypatch.setattr(torch, "baddbmm", spy_bmm)
+    _, hist = eng.train_flow(s, 3, "cpu")
+    assert len(draws) == len(inputs) == len(outputs) == 3
+    for step, (h, v, (x0, x1)) in enumerate(zip(inputs, outputs, draws)):
+        xt, t = h[0, :, :2].double().numpy(), h[0, :, 2:].double().numpy()
+        assert t.min() >= 0 and t.max() <= 1 and t.std() > 0.1
+        np.testing.assert_allclose(xt, (1 - t) * x0 + t * x1, atol=1e-5)
+        want = ((v[0].double().numpy() - (x1 - x0)) ** 2).sum(1).mean()
+        assert hist[step] == pytest.approx(want, rel=1e-5)
+
+
+def test_closed_form_source_marginal_against_brute_force_monte_carlo():
+    """q0 (the kept pairs' source mode weights) and TV(q0, p0) against plain numpy: sample independent pairs, keep
+    ||x1 − x0|| <= τ, histogram the *source* labels. At τ >= 2 neighbouring modes pair up and q0 differs from q1."""
+    mu0, mu1, w0, w1 = _params()
+    rng = np.random.default_rng(8)
+    n = 400_000
+    x0, l0 = eng.sample_mixture(rng, n, mu0, w0, eng.SIGMA0)
+    x1, l1 = eng.sample_mixture(rng, n, mu1, w1, 0.05)
+    d = np.linalg.norm(x1 - x0, axis=1)
+    for tau in (0.4, 2.0, 2.5, 3.0):
+        keep = d <= tau
+        q0 = np.bincount(l0[keep], minlength=4) / keep.sum()
+        cf = eng.closed_form(tau, mu0, mu1, w0, w1, eng.SIGMA0, 0.05)
+        assert np.max(np.abs(q0 - cf["q0"][0])) < 0.01, tau
+        assert abs(0.5 * np.abs(q0 - w0).sum() - cf["tv0"][0]) < 0.01, tau
+
+
+def test_closed_form_entries_equal_scipy_ncx2_with_a_wide_target():
+    """Every closed-form quantity from scipy.stats.ncx2 directly, with σ1 = 0.15 (as wide as the source, so the
+    variance v = σ0² + σ1² of x1 − x0 per axis matters): P_km = ncx2.cdf(τ²/v, 2, ||μ1m − μ0k||²/v),
+    Z = Σ w0k w1m P_km, q1 ∝ w1m Σ_k w0k P_km, q0 ∝ w0k Σ_m w1m P_km, and the two TVs."""
+    from scipy.stats import ncx2
+
+    s1 = 0.15
+    taus = np.array([0.2, 0.4, 0.8, 1.5, 2.0, 2.5, 3.0, 4.5, np.inf])
+    for weights in ("reweighted", "same"):
+        mu0, mu1, w0, w1 = _params(target_weights=weights)
+        cf = eng.closed_form(taus, mu0, mu1, w0, w1, eng.SIGMA0, s1)
+        v = eng.SIGMA0**2 + s1**2
+        for ti, tau in enumerate(taus):
+            P = np.ones((4, 4))
+            if np.isfinite(tau):
+                for k in range(4):
+                    for m in range(4):
+                        P[k, m] = ncx2.cdf(tau**2 / v, 2, np.sum((mu1[m] - mu0[k]) ** 2) / v)
+            joint = w0[:, None] * w1[None, :] * P
+            Z = joint.sum()
+            q1, q0 = joint.sum(0) / Z, joint.sum(1) / Z
+            assert cf["Z"][ti] == pytest.approx(Z, rel=1e-8, abs=1e-14)
+            np.testing.assert_allclose(cf["q1"][ti], q1, rtol=1e-8, atol=1e-12)
+            np.testing.assert_allclose(cf["q0"][ti], q0, rtol=1e-8, atol=1e-12)
+            assert cf["tv1"][ti] == pytest.approx(0.5 * np.abs(q1 - w1).sum(), abs=1e-10)
+            assert cf["tv0"][ti] == pytest.approx(0.5 * np.abs(q0 - w0).sum(), abs=1e-10)
+
+
+def test_curve_of_mean_kept_squared_length_equals_a_direct_mean(monkeypatch):
+    """Plot 2's mean squared length of kept pairs at each τ of the curve: E[d² | d <= τ] over the run's own 20 000
+    independent pairs, recomputed directly as dd[dd <= τ²].mean() (the pairs are caught by a spy on
+    sample_mixture that returns the engine's own draws, so the run is unchanged); at τ = ∞ it is the plain mean."""
+    calls = []
+    real = eng.sample_mixture
+
+    def spy(rng, n, mu, w, sigma):
+        out = real(rng, n, mu, w, sigma)
+        calls.append((n, mu, out[0]))
+        return out
+
+    monkeypatch.setattr(eng, "sample_mixture", spy)
+    res = eng.run(eng.Config(train_steps=100, n_euler=1))
+    (n0, m0, c0), (n1, m1, c1) = calls[:2]
+    assert n0 == n1 == 20000 and np.array_equal(m0, res.mu0) and np.array_equal(m1, res.mu1)
+    dd = ((c1 - c0) ** 2).sum(1)
+    want = np.array([dd[dd <= t**2].mean() if np.any(dd <= t**2) else np.nan for t in res.curve_tau])
+    assert np.isinf(res.curve_tau[-1]) and want[-1] == pytest.approx(dd.mean())
+    assert np.isnan(want).sum() < len(want) - 5
+    np.testing.assert_allclose(res.curve_len2, want, rtol=1e-9, equal_nan=True)
+    finite = np.isfinite(res.curve_len2) & np.isfinite(res.curve_tau)
+    assert np.all(res.curve_len2[finite] <= res.curve_tau[finite] ** 2)
