@@ -182,3 +182,106 @@ def test_expert_self_distance_is_the_entropic_self_cost_and_below_its_own_rollou
         assert abs(d_self[i] - ref) / ref < 1e-3
         exact = ot.emd2(a, a, M)
         assert abs(exact) < 1e-9 and d_self[i] > 0.1
+
+
+# ---------------------------------------------------------------- hand-built inputs vs hand-computed answers
+
+def test_features_neighbour_slots_on_a_hand_built_scene():
+    """features() of the middle-lane car in a scene built by hand: own lane, then the LEFT lane (higher y, lane
+    index + 1) and then the RIGHT lane (lower y), each as (leader gap, leader rel. speed, follower gap, follower
+    rel. speed), gaps bumper to bumper over 50 m and relative speeds over 5 m/s; an empty slot reads gap 1 (clip),
+    speed 0. The top-lane car has no lane to its left: that slot is all zeros."""
+    L, clip = eng.CAR_L, eng.GAP_CLIP
+    # car 0: middle lane; 1: own-lane leader; 2: left-lane leader; 3: left-lane follower; 4: right-lane follower
+    x = [0.0, 10.0, 20.0, -12.0, -30.0]
+    y = [3.5 + 0.2, 3.5, 7.0, 7.0, 0.0]
+    v = [10.0, 12.0, 14.0, 9.0, 11.0]
+    st = torch.tensor([list(zip(x, y, v))], dtype=torch.float64)
+    f = eng.features(st, 4).numpy()[0]
+    assert f.shape == (5, eng.N_FEAT)
+    own0 = [0.2, 3.7 / 7, 10 / 15, (3.7 + 1.75) / 5, (8.75 - 3.7) / 5]
+    own_lane = [(10 - L) / clip, (12 - 10) / 5, 1.0, 0.0]                 # no follower in the middle lane
+    left = [(20 - L) / clip, (14 - 10) / 5, (12 - L) / clip, (9 - 10) / 5]
+    right = [1.0, 0.0, (30 - L) / clip, (11 - 10) / 5]                   # no leader in the right lane
+    np.testing.assert_allclose(f[0], own0 + own_lane + left + right + [4 / eng.HORIZON], atol=1e-12)
+    # car 2 (top lane): its left slot is off the road (zeros); its right slot is the middle lane, where car 1 is
+    # the nearest car behind it (10 m back) and nobody is ahead
+    np.testing.assert_allclose(f[2, 9:13], 0.0, atol=1e-12)
+    np.testing.assert_allclose(f[2, 13:17], [1.0, 0.0, (10 - L) / clip, (12 - 14) / 5], atol=1e-12)
+    # car 4 (bottom lane): no right lane; its left slot is the middle lane, with car 0 nearest ahead (30 m)
+    np.testing.assert_allclose(f[4, 13:17], 0.0, atol=1e-12)
+    np.testing.assert_allclose(f[4, 9:13], [(30 - L) / clip, (10 - 11) / 5, 1.0, 0.0], atol=1e-12)
+
+
+def test_occupancy_flags_an_event_at_the_odd_step_before_each_point():
+    """occupancy() keeps the even steps t = 2, 4, ..., T but flags an event seen at t-1 or t (so an event at an odd
+    step is not lost). Hand-built log: two cars overlap only at step 3 and a third leaves the road only at step 5;
+    the flags must show at t = 4 (cars 0, 1) and t = 6 (car 2) and nowhere else, compared with a loop."""
+    T, A, w = eng.HORIZON, eng.N_AGENTS, 2.5
+    s = np.zeros((1, T + 1, A, 3))
+    s[0, :, :, 0] = np.arange(A) * 20.0                 # 20 m apart: no overlap
+    s[0, :, :, 1] = eng.LANES[1]
+    s[0, :, :, 2] = 10.0
+    s[0, 3, 1, 0] = s[0, 3, 0, 0] + 2.0                # cars 0 and 1 overlap at step 3 only
+    s[0, 5, 2, 1] = eng.EDGE_HI                        # car 2 off the road at step 5 only
+    coll, off = eng.events(s)
+    assert coll[0, 3, :2].all() and coll[0].sum() == 2 and off[0, 5, 2] and off[0].sum() == 1
+    occ = eng.occupancy(s, w)[0].reshape(len(eng.OCC_STEPS), A, 6)
+    for k, t in enumerate(range(2, T + 1, 2)):
+        assert list(eng.OCC_STEPS)[k] == t
+        for a in range(A):
+            exp_c = w * float(coll[0, t, a] or coll[0, t - 1, a])
+            exp_o = w * float(off[0, t, a] or off[0, t - 1, a])
+            assert occ[k, a, 4] == pytest.approx(exp_c) and occ[k, a, 5] == pytest.approx(exp_o), (t, a)
+    assert occ[1, 0, 4] == w and occ[1, 1, 4] == w and occ[2, 2, 5] == w  # t = 4 and t = 6
+    assert np.count_nonzero(occ[..., 4]) == 2 and np.count_nonzero(occ[..., 5]) == 1
+
+
+def test_realism_kinematic_w1_on_synthetic_trajectories():
+    """_realism's kinematic distances: model cars accelerating at a constant 1.5 m/s² against an expert at constant
+    speed give W1(acceleration) = 1.5 exactly; on random speed profiles both W1 values equal
+    scipy.stats.wasserstein_distance of the per-car, per-step accelerations (v[t+1] - v[t]) / dt computed by a loop."""
+    from scipy.stats import wasserstein_distance as w1_scipy
+
+    rng = np.random.default_rng(4)
+    B, T, A = 3, eng.HORIZON, eng.N_AGENTS
+    steps = np.arange(T + 1)[None, :, None]
+    v0 = rng.uniform(8, 14, size=(B, 1, A))
+    S = np.zeros((B, T + 1, A, 3))
+    S[..., 2] = v0 + 1.5 * eng.DT * steps
+    E = np.zeros_like(S)
+    E[..., 2] = rng.uniform(8, 14, size=(B, 1, A)) + 0 * steps
+    flags = np.zeros((B, T + 1, A), dtype=bool)
+    out, _ = eng._realism(S, np.zeros(B), flags, flags, {"states": E}, B, 1, np.random.default_rng(0))
+    assert out["w1_accel"] == pytest.approx(1.5, abs=1e-9)
+
+    S[..., 2] = rng.uniform(0, 20, size=(B, T + 1, A))
+    E[..., 2] = rng.uniform(5, 15, size=(B, T + 1, A))
+
+    def accels(X):
+        return [(X[b, t + 1, a, 2] - X[b, t, a, 2]) / eng.DT for b in range(B) for t in range(T) for a in range(A)]
+
+    out, _ = eng._realism(S, np.zeros(B), flags, flags, {"states": E}, B, 1, np.random.default_rng(0))
+    assert out["w1_accel"] == pytest.approx(w1_scipy(accels(S), accels(E)), rel=1e-9)
+    assert out["w1_speed"] == pytest.approx(w1_scipy(S[:, 1:, :, 2].ravel(), E[:, 1:, :, 2].ravel()), rel=1e-9)
+
+
+def test_rollout_many_equals_separate_rollouts_with_the_same_seed():
+    """rollout_many's contract: the P policies' states equal P separate rollout() calls, each with a generator
+    seeded the same way. Two different policies (the reference and a perturbed copy) on four held-out scenes."""
+    import copy
+
+    ref = eng.load_reference()
+    other = copy.deepcopy(ref)
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    _, held = eng._banks()
+    init = torch.as_tensor(held["init"][:4], dtype=torch.float32)
+    both = eng.rollout_many([ref, other], init, torch.Generator().manual_seed(7))
+    assert both.shape == (2, 4, eng.HORIZON + 1, eng.N_AGENTS, 3)
+    for i, pol in enumerate((ref, other)):
+        single = eng.rollout(pol, init, torch.Generator().manual_seed(7))[0]
+        torch.testing.assert_close(both[i], single, atol=1e-4, rtol=1e-5)
+    assert not torch.allclose(both[0], both[1])  # the two policies do differ
