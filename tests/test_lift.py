@@ -455,3 +455,48 @@ def test_claim1_fails_when_the_sampler_ignores_beta(default_result, monkeypatch)
     assert not eng.claims(broken)[0].passed
     assert broken.metrics["ratio_k"] > 10 * default_result.metrics["ratio_k"]
     assert not eng.claims(broken)[2].passed                   # no shared structure recovered either
+
+
+# ----------------------------------------------------------------------------- added by mutation testing
+def test_online_em_responsibilities_are_the_bayes_posterior():
+    """Spec step 4: ρ_m ∝ π_m N(x; μ_m, diag v_m). With components of different widths the normalising constants
+    (the log-det term) matter; compare with scipy's normal densities, normalised by hand."""
+    rng = np.random.default_rng(21)
+    g = eng.OnlineGMM(np.zeros((3, 2)), np.ones(2), rng)
+    g.pi = np.array([0.5, 0.3, 0.2])
+    g.mu = np.array([[0.0, 0.0], [1.0, -0.5], [-0.8, 0.6]])
+    g.v = np.array([[0.05, 0.1], [1.5, 2.0], [0.4, 0.3]])
+    for x in (np.array([0.3, 0.1]), np.array([-0.5, 0.4]), np.array([2.0, -1.0])):
+        dens = np.array([g.pi[m] * multivariate_normal(g.mu[m], np.diag(g.v[m])).pdf(x) for m in range(3)])
+        np.testing.assert_allclose(g.resp(x), dens / dens.sum(), rtol=1e-10)
+
+
+def test_lift_fine_tuning_starts_at_the_heaviest_component(monkeypatch):
+    """Spec step 5: the LiFT MAP fit of every test task starts at the mean of the mixture component with the largest
+    weight. Checked on the prior actually handed to the fine-tuner (the M-component mixture of the run)."""
+    calls = []
+    real = eng.map_finetune
+
+    def recording(loglik_grad, start, prior=None, **kw):
+        calls.append((start.copy(), prior))
+        return real(loglik_grad, start, prior, **kw)
+
+    monkeypatch.setattr(eng, "map_finetune", recording)
+    cfg = eng.Config(iters=500, burn=100, components=3)
+    eng.run(cfg)
+    mixture = [(s, p) for s, p in calls if p is not None and len(p[0]) == cfg.components]
+    assert len(mixture) == 2                                    # LiFT at k = 3 and k = 30
+    for start, (pi, mu, var) in mixture:
+        assert len(np.unique(np.round(mu, 12), axis=0)) == cfg.components   # distinct means: the test has teeth
+        np.testing.assert_array_equal(start, np.tile(mu[np.argmax(pi)], (len(start), 1)))
+        assert np.all(var >= cfg.beta**2)                       # φ integrated out: diag(v_m) + β² I
+
+
+def test_pca_ellipses_are_at_least_beta_wide(default_result):
+    """The ellipses show diag(v_m) + β² I projected on two orthonormal axes, i.e. basisᵀ diag(v_m) basis + β² I,
+    whose smallest eigenvalue is at least β². So every point of a k-σ contour lies at least k·β from its centre."""
+    beta = eng.Config().beta
+    for m, mean in enumerate(default_result.pca_means):
+        for j, k in enumerate(eng.ELLIPSE_SIGMAS):
+            d = np.linalg.norm(default_result.pca_ellipses[m, j] - mean, axis=1)
+            assert d.min() >= k * beta * (1 - 1e-9), (m, k, d.min())

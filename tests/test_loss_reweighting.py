@@ -381,3 +381,22 @@ def test_caveat_outliers_hurt_linupper_and_leave_extremes_near_uniform():
         ext[f] = m["final_extremes"] - m["final_uniform"]
         assert abs(ext[f]) < 0.2, f
     assert ext[0.01] > 0 > ext[0.05] and ext[0.1] < 0
+
+
+# ----------------------------------------------------------------------------- added by mutation testing
+@pytest.mark.parametrize("setting", ["linear", "mlp"])
+def test_sample_batch_weights_use_the_chosen_temperature(setting):
+    """The page's 'weights on one batch' panel is titled with the config's r: at r = 0.2 its weights must be the
+    tempered softmax exp(f(ℓ̂)/r) / Σ exp(f(ℓ̂)/r) of the shown losses, with ℓ̂ min-max normalised to [−1, 1] and
+    the spec's shape functions, written out here by hand."""
+    r = 0.2
+    res = eng.run(eng.Config(setting=setting, temperature=r, steps=100, seeds=1, sweep="off", warmup=10))
+    ell = res.sample_losses
+    h = 2 * (ell - ell.min()) / (ell.max() - ell.min()) - 1
+    shapes = {"uniform": 0 * h, "linupper": np.where(h < 0, h + 1, 1.0), "quadratic": 1 - h**2,
+              "extremes": np.abs(h), "lowfirst": -h}
+    for s, f in shapes.items():
+        e = np.exp(f / r)
+        np.testing.assert_allclose(res.sample_weights[s], e / e.sum(), rtol=1e-9, atol=1e-15)
+    # at this r the weights are far from uniform, so the check distinguishes temperatures
+    assert res.sample_weights["linupper"].max() > 3 / len(ell)
