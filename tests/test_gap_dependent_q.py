@@ -291,3 +291,68 @@ def test_work_estimate_refuses_what_would_not_fit_and_names_the_episodes_that_do
         eng.Config(n_states=10, n_actions=5, horizon=6, n_seeds=16, episodes=100_000)
     fits = int(str(e.value).split("at most ")[1].split(" episodes")[0].replace(",", ""))
     eng.Config(n_states=10, n_actions=5, horizon=6, n_seeds=16, episodes=fits)   # the named K is accepted
+
+
+def _loop_ucb_hoeffding(P, R, K, c, iota, U):
+    """Jin et al. (2018), UCB-Hoeffding, in plain loops one MDP at a time: Q = V = H at the start, after the t-th
+    visit of (h,s,a) Q <- (1 - a_t) Q + a_t (r + V_{h+1}(s') + c sqrt(H^3 iota / t)) with a_t = (H+1)/(H+t), then
+    V_h(s) = min(H, max_a Q). Returns Q (B,H,S,A) and the greedy policy of every episode (K,B,H,S)."""
+    B, H, S, A, _ = P.shape
+    Q = np.zeros((B, H, S, A))
+    pis = np.zeros((K, B, H, S), dtype=int)
+    for b in range(B):
+        q = np.full((H, S, A), float(H))
+        v = np.full((H + 1, S), float(H))
+        v[H] = 0.0
+        n = np.zeros((H, S, A), int)
+        for k in range(K):
+            pis[k, b] = q.argmax(-1)
+            s = 0
+            for h in range(H):
+                a = int(pis[k, b, h, s])
+                s2 = min(int(np.sum(np.cumsum(P[b, h, s, a])[:-1] <= U[k, h, b])), S - 1)
+                n[h, s, a] += 1
+                t = n[h, s, a]
+                alpha = (H + 1) / (H + t)
+                bonus = c * np.sqrt(H ** 3 * iota / t)
+                q[h, s, a] = (1 - alpha) * q[h, s, a] + alpha * (R[b, h, s, a] + v[h + 1, s2] + bonus)
+                v[h, s] = min(float(H), q[h, s].max())
+                s = s2
+        Q[b] = q
+    return Q, pis
+
+
+@pytest.fixture(scope="module")
+def hoeffding_vs_loop():
+    # S = 10 makes the engine evaluate its stored policies in several batches within K (n_eval < K), so the
+    # switch flags are also checked across batch boundaries
+    P, R, _ = _tiny("gap", seed=2, S=10, A=2, H=3, gaps=(0.25,))
+    Qs, Vs = eng.value_iteration(P, R)
+    K, H, c = 4000, 3, 0.1
+    iota = float(np.log(2 * 10 * 2 * K * H / eng.P_FAIL))
+    out = eng._run_algo("UCB-Hoeffding", P, R, Vs[:, 0, 0], K, c, iota, 1.0, np.random.default_rng(9), None,
+                        (0, 1), Qs >= Vs[:, :-1, :, None] - 1e-9, 2)
+    U = np.random.default_rng(9).uniform(size=(K, H, len(P)))
+    Q_ref, pis = _loop_ucb_hoeffding(P, R, K, c, iota, U)
+    return P, R, Vs, out, Q_ref, pis
+
+
+def test_ucb_hoeffding_matches_loop_reference(hoeffding_vs_loop):
+    """The vectorised UCB-Hoeffding equals the plain-loop transcription (final Q and every episode's exact regret)."""
+    P, R, Vs, out, Q_ref, pis = hoeffding_vs_loop
+    assert np.allclose(out[3], Q_ref, atol=1e-9)
+    regret = Vs[:, 0, 0][None] - eng.evaluate_policies(P, R, pis)
+    assert np.allclose(out[0], regret, atol=1e-9)
+
+
+def test_switch_flags_are_episodes_whose_whole_policy_changed(hoeffding_vs_loop):
+    """A switch is an episode whose greedy policy (over all h, s) differs from the previous episode's (spec); the
+    first episode is never a switch. Checked against the loop's policies across the engine's evaluation batches."""
+    P, _, _, out, _, pis = hoeffding_vs_loop
+    B = P.shape[0]
+    want = np.zeros(out[1].shape, bool)
+    for k in range(1, len(pis)):
+        for b in range(B):
+            want[k, b] = not np.array_equal(pis[k, b], pis[k - 1, b])
+    assert np.array_equal(out[1], want)
+    assert 0 < want.sum() < want.size

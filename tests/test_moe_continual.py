@@ -208,3 +208,59 @@ def test_moe_claim_fails_when_every_expert_takes_every_update(monkeypatch):
     c = _claim(broken, "median G_T(MoE)")
     assert not c.passed, c.describe()
     assert abs(c.measured - 1.0) < 1e-9
+
+
+def test_forgetting_curve_matches_a_plain_loop_for_one_expert():
+    """F_t = mean over past tasks i < t of |e_i(t) - e_i(i)| (spec, step 7), with e_i(t) = ‖w_t - w*_{n_i}‖. For the
+    single expert every task uses the same model, so a short loop that keeps the whole weight history gives F_t at
+    each recorded round independently of the engine's incremental bookkeeping."""
+    cfg = eng.Config(seeds=1, rounds=120)
+    res = eng.run(cfg)
+    i_single = next(i for i, v in enumerate(res.variants) if v.experts == 1)
+    W, (idx, X, _), _ = eng.make_seed_data(cfg, 0, 10)
+    w = np.zeros(eng.D)
+    err_at_own_round = []
+    F_ref = {}
+    for t in range(1, cfg.rounds + 1):
+        x = X[t - 1]
+        w = w + np.linalg.pinv(x).T @ (W[idx[t - 1]] @ x - w @ x)
+        err_now = np.linalg.norm(w - W[idx[:t]], axis=1)          # e_i(t) for i = 1..t
+        err_at_own_round.append(err_now[-1])                       # e_t(t)
+        F_ref[t] = float(np.mean(np.abs(err_now[:-1] - np.array(err_at_own_round[:-1])))) if t > 1 else 0.0
+    got = res.F[i_single, 0]
+    want = np.array([F_ref[int(t)] for t in res.rec_rounds])
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-12)
+    assert want[1] > 0    # the second recorded round already has a past task whose error moved
+
+
+def test_convergence_round_is_the_first_round_of_the_final_settled_stretch():
+    """T_conv = the first round (1-based) from which G stays <= max(1.2 G_T, G_T + 0.01) up to the end (spec, step 7),
+    checked on hand-built curves and against a brute-force scan over candidate rounds."""
+    # threshold max(1.2, 1.01) = 1.2: rounds 1-3 are above it, so the settled stretch starts at round 4
+    assert eng.convergence_round(np.array([5.0, 4.0, 3.0, 1.0, 1.05, 1.0])) == 4
+    # a late excursion above the threshold (round 5) moves T_conv behind it
+    assert eng.convergence_round(np.array([5.0, 1.0, 1.0, 1.0, 9.0, 1.0, 1.0])) == 6
+    assert eng.convergence_round(np.array([0.5, 0.5, 0.5])) == 1          # never above: settled from round 1
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        G = np.abs(rng.normal(size=rng.integers(2, 30))) + 0.05
+        thr = max(1.2 * G[-1], G[-1] + 0.01)
+        brute = next(r for r in range(1, len(G) + 1) if np.all(G[r - 1:] <= thr))
+        assert eng.convergence_round(G) == brute
+
+
+def test_cluster_purity_reads_only_the_last_30_percent():
+    """Purity = per cluster, the share of its tasks in the last 30 % of rounds that went to its most used expert,
+    averaged over clusters (docstring and page caption); routing before that window must not count."""
+    from collections import Counter
+
+    T = 20
+    clusters = np.array([0, 1] * 10)
+    routed = np.full(T, 3)                 # the first 14 rounds all go to expert 3 (outside the window)
+    routed[14:] = [0, 1, 0, 1, 2, 1]       # last 6 rounds: cluster 0 -> 0, 0, 2; cluster 1 -> 1, 1, 1
+    want = []
+    for k in (0, 1):
+        tail = [int(r) for r, c in zip(routed[14:], clusters[14:]) if c == k]
+        want.append(Counter(tail).most_common(1)[0][1] / len(tail))
+    assert want == [2 / 3, 1.0]
+    assert eng.cluster_purity(routed, clusters) == pytest.approx(np.mean(want))

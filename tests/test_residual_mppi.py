@@ -259,3 +259,51 @@ def test_stay_low_run_draws_the_gain_plot():
     # ω′ = 0: no action cost, so only the one-step closed form exists
     g0 = eng.run(eng.Config(addon="stay_low", w_logp=0.0)).gains
     assert np.isnan(g0["truncated"]).all() and np.isnan(g0["K_c"]).all() and np.isfinite(g0["step"]).all()
+
+
+def test_information_cost_is_lambda_eps_sigma_inverse_u():
+    """The optional term (spec, step 3) adds λ Σ_t |ε_t|ᵀ Σ⁻¹ |U_t| with Σ = σ² I to each sample's cost: with the
+    same random draws, the costs with and without it differ by exactly that sum (σ ≠ 1 so Σ⁻¹ is not the identity)."""
+    base = dict(n_samples=32, sigma=0.5, lam=0.3, horizon=6)
+    prior = eng.Prior(0.95)
+    model = eng.true_plant(False)
+    w = np.array([[0.1, 0.0]])
+    _, U, eps, S_off = eng.mppi_update(eng.S0, prior, model, w, _cfg(**base, info_cost=False),
+                                       np.random.default_rng(5), return_eps=True)
+    _, U_on, eps_on, S_on = eng.mppi_update(eng.S0, prior, model, w, _cfg(**base, info_cost=True),
+                                            np.random.default_rng(5), return_eps=True)
+    assert np.array_equal(U, U_on) and np.array_equal(eps, eps_on)
+    Sigma_inv = np.linalg.inv(base["sigma"] ** 2 * np.eye(2))
+    want = np.array([base["lam"] * sum(np.abs(eps[0, k, t]) @ Sigma_inv @ np.abs(U[0, t]) for t in range(base["horizon"]))
+                     for k in range(base["n_samples"])])
+    np.testing.assert_allclose(S_on[0] - S_off[0], want, rtol=1e-10, atol=1e-12)
+    assert want.max() > 0.1
+
+
+def test_one_step_gain_is_the_posterior_mean_of_a_hand_rolled_quadratic_cost():
+    """mppi_step_gain (the plot's 'one MPPI step' curve) against the spec's check (c) built from scratch: roll the
+    prior's nominal sequence by hand, take the exact gradient and Hessian of the (quadratic) planner cost by central
+    differences, apply δ = -(M + λ/σ² I)⁻¹ g and read a_0 = U_0 + δ_0 at ± each unit state. σ = 2 and 0.5 so the
+    λ/σ² shrinkage is not the σ = 1 special case."""
+    gamma, omega, H, lam = 0.95, 1.0, 4, 0.2
+    prior = eng.Prior(gamma)
+    model = eng.true_plant(False)
+    cfg = _cfg(horizon=H, gamma=gamma)
+
+    def first_action(x, sigma):
+        U, s = np.zeros((H, 2)), x.copy()
+        for t in range(H):
+            U[t] = prior.mean(s)
+            s = model(s, U[t])
+        f = lambda e: _sequence_cost(e, U, x, prior, model, cfg, omega * eng.ALPHA)  # noqa: E731
+        n, h = 2 * H, 1.0                      # exact for a quadratic at any step size
+        E = np.eye(n) * h
+        g = np.array([(f(E[i]) - f(-E[i])) / (2 * h) for i in range(n)])
+        M = np.array([[(f(E[i] + E[j]) - f(E[i] - E[j]) - f(-E[i] + E[j]) + f(-E[i] - E[j])) / (4 * h * h)
+                       for j in range(n)] for i in range(n)])
+        delta = -np.linalg.solve(M + lam / sigma**2 * np.eye(n), g)
+        return U[0] + delta[:2]
+
+    for sigma in (2.0, 0.5):
+        K = np.stack([-(first_action(e, sigma) - first_action(-e, sigma)) / 2 for e in np.eye(4)], axis=1)
+        np.testing.assert_allclose(eng.mppi_step_gain(H, sigma, lam, gamma, omega), K, rtol=1e-6, atol=1e-6)
