@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -235,3 +237,71 @@ def test_page_deciding_sentence_follows_the_run():
     assert "Yeom's rule does lose in *deciding*" in full and "ahead of DocMIA's decisions too" in full
     short = " ".join(page_texts("docvqa_mia", {"epochs": "4"}))
     assert "DocMIA is not ahead of Yeom's rule on this run either" in short and "does lose" not in short
+
+
+def test_tpr_at_1pct_fpr_matches_a_hand_built_roc_and_sklearn():
+    """TPR at 1 % FPR: 5 positives above 100 negatives above 5 positives gives exactly 0.5 (one false positive
+    costs 1 %); on random tied scores it equals np.interp on sklearn's full ROC curve."""
+    from sklearn.metrics import roc_curve
+
+    labels = np.r_[np.ones(5, bool), np.zeros(100, bool), np.ones(5, bool)]
+    score = -np.arange(110.0)
+    assert eng.roc_points(labels, score)[3] == pytest.approx(0.5)
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        labels = rng.random(500) < 0.5
+        score = np.round(rng.normal(size=500) + labels * rng.uniform(0.5, 2), 1)
+        fpr, tpr, _ = roc_curve(labels, score, drop_intermediate=False)
+        assert eng.roc_points(labels, score)[3] == pytest.approx(np.interp(0.01, fpr, tpr), abs=1e-12)
+
+
+@pytest.mark.parametrize("how", ["mean", "median", "max"])
+def test_descriptor_follows_the_spec_formula(how):
+    """φ(D) = [log(Δ̄ + 0.05·median_D Δ̄), s̄ / s_max] with Δ̄, s̄ aggregated over each document's own questions
+    (pairs are stored document by document), recomputed with plain loops on 3 documents × 3 questions."""
+    import statistics
+
+    agg = {"mean": statistics.mean, "median": statistics.median, "max": max}[how]
+    steps = np.array([[0, 10, 20], [200, 200, 100], [5, 5, 50]])
+    dist = np.array([[0.0, 0.4, 0.8], [3.0, 2.0, 5.0], [0.1, 0.1, 0.7]])
+    desc, dbar = eng.descriptors(steps.ravel(), dist.ravel(), 3, 3, 200, how)
+    ref_dbar = [agg(list(row)) for row in dist]
+    off = 0.05 * statistics.median(ref_dbar)
+    np.testing.assert_allclose(dbar, ref_dbar)
+    np.testing.assert_allclose(desc[:, 0], [math.log(d + off) for d in ref_dbar])
+    np.testing.assert_allclose(desc[:, 1], [agg([int(s) for s in row]) / 200 for row in steps])
+    assert np.all((desc[:, 1] >= 0) & (desc[:, 1] <= 1))
+
+
+def test_gradient_noise_has_the_documented_scale(monkeypatch):
+    """train_model's contract: with σ > 0 every coordinate of the clipped (norm ≤ 1) batch gradient gets
+    N(0, (σ·C/128)²) noise. The gradients the optimiser receives then have norm within C of √D·σ/128
+    (a chi variable with D ≈ 5 800 degrees of freedom spreads by ~1 %)."""
+    import engine.core.nn as cnn
+
+    seen = []
+    real = cnn.make_optimizer
+
+    def spy(params, *a, **kw):
+        params = list(params)
+        opt = real(params, *a, **kw)
+        step = opt.step
+
+        def recording_step(*sa, **skw):
+            seen.append(torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None]))
+            return step(*sa, **skw)
+
+        opt.step = recording_step
+        return opt
+
+    monkeypatch.setattr(cnn, "make_optimizer", spy)
+    rng = np.random.default_rng(0)
+    n = 256
+    e = rng.normal(size=(n, eng.EMB)).astype(np.float32)
+    f, o, y = rng.integers(0, eng.F_FIELDS, n), rng.integers(0, eng.VOCAB, n), rng.integers(0, eng.VOCAB, n)
+    sigma = 8.0
+    eng.train_model(eng._model(0), e, f, o, y, 1, 0.0, 0, torch.device("cpu"), grad_noise=sigma)
+    assert len(seen) == 2                                    # 256 pairs, batch 128
+    for g in seen:
+        expected = math.sqrt(g.numel()) * sigma * eng.DP_CLIP / 128
+        assert abs(float(g.norm()) - expected) <= eng.DP_CLIP + 0.05 * expected

@@ -436,3 +436,82 @@ def test_recall_cap_from_facts_missing_the_query_template():
                   for q, props in zip(w.queries, w.proponents))
     assert missing == 57 and len(w.queries) == 240
     assert eng.load_checkpoint()[4] <= 1 - missing / len(w.queries)
+
+
+def test_attribution_metrics_on_a_hand_built_ranking():
+    """MRR, recall@10 and precision@10 on two hand-made rankings of 15 passages: query 0's proponents sit at
+    ranks 10 and 11 (1-based), query 1's single proponent at rank 1."""
+    from types import SimpleNamespace
+
+    order = np.array([[14, 13, 12, 11, 10, 9, 8, 7, 6, 0, 1, 2, 3, 4, 5], list(range(15))])
+    world = SimpleNamespace(proponents=[np.array([0, 1]), np.array([0])])
+    first, rec, prec = eng._mrr_recall(order, world)
+    np.testing.assert_array_equal(first, [10, 1])
+    np.testing.assert_allclose(rec, [0.5, 1.0])
+    np.testing.assert_allclose(prec, [0.1, 0.1])
+
+
+def test_concentration_counts_the_top10_slots():
+    """Share of all top-10 slots held by the 10 most frequent passages, against collections.Counter: a hand case
+    (two lists that share 8 passages: 18 of 20 slots) and random rankings."""
+    from collections import Counter
+
+    order = np.array([list(range(12)), [10, 11] + list(range(10))])
+    assert eng._concentration(order)[0] == pytest.approx(0.9)
+    rng = np.random.default_rng(0)
+    order = np.stack([rng.permutation(40) for _ in range(25)])
+    counts = Counter(order[:, :10].ravel().tolist())
+    top = sorted(counts.values(), reverse=True)[:10]
+    share, idx, cnt = eng._concentration(order)
+    assert share == pytest.approx(sum(top) / (25 * 10))
+    assert sorted(cnt.tolist(), reverse=True) == top and all(counts[int(i)] == c for i, c in zip(idx, cnt))
+
+
+def test_bm25_attribution_metrics_from_rank_bm25(default_result):
+    """The page's BM25 MRR and recall@10, rebuilt with rank_bm25's BM25Okapi on query = prompt + answer token (the
+    spec's query text), ties broken by passage index, and the passages stating each fact."""
+    from rank_bm25 import BM25Okapi
+
+    w = eng.WORLD
+    bm = BM25Okapi([[str(t) for t in p] for p in w.passages])
+    rr, rec = [], []
+    for q, t, props in zip(w.queries, w.targets, w.proponents):
+        s = np.round(bm.get_scores([str(x) for x in q + [int(t)]]), 9)
+        ranks = [int(np.sum(s > s[p]) + np.sum(s[:p] == s[p])) for p in props]   # 0-based, stable ties
+        rr.append(1.0 / (min(ranks) + 1))
+        rec.append(np.mean(np.array(ranks) < 10))
+    m = default_result.metrics
+    assert m["mrr_bm25"] == pytest.approx(np.mean(rr), abs=1e-9)
+    assert m["recall10_bm25"] == pytest.approx(np.mean(rec), abs=1e-9)
+
+
+def test_tail_patch_standard_errors(default_result):
+    """Each method's tail-patch mean and error bar are the mean and scipy's standard error of its per-query Δ."""
+    from scipy.stats import sem
+
+    r = default_result
+    for i, k in enumerate(r.methods):
+        d = r.tp_per_query[k]
+        assert r.tp_mean[i] == pytest.approx(d.mean(), rel=1e-9)
+        assert r.tp_se[i] == pytest.approx(sem(d), rel=1e-9)
+
+
+def test_first_order_gain_is_the_small_step_limit(ckpt):
+    """For a tiny gradient (the passage loss scaled by h = 0.01) a torch AdamW step is linear in it, and its
+    gain on the query must equal first_order_gain(h·g_z) (η(1−β₁)/bc₁ · g_q·g_z/sqrt(v̂+ε)) to a few percent."""
+    params, m, v, step, w, shapes, flat, (X, Y, M) = _patch_setup(ckpt)
+    rng = np.random.default_rng(0)
+    qs, ps = rng.integers(240, size=12), rng.integers(len(w.passages), size=12)
+    qx, qy = eng.encode_prompts([w.queries[q] for q in qs]), torch.as_tensor(w.targets[qs])
+    h = 0.01
+    still = _torch_adamw_step(params, m, v, step)
+    exact = []
+    for i, p in enumerate(ps):
+        new = _torch_adamw_step(params, m, v, step, lambda P, p=int(p): h * eng.passage_loss(P, X[p], Y[p], M[p]))
+        with torch.no_grad():
+            exact.append(float(eng.query_loss(still, qx[i], qy[i]) - eng.query_loss(new, qx[i], qy[i])))
+    scale = (flat(v) / (1 - eng.BETAS[1] ** step) + eng.EPS).rsqrt()
+    Gq = eng.per_example_grads_fast(params, qx, qy)
+    pred = eng.first_order_gain(scale, step, Gq, h * eng.per_example_grads_fast(params, X[ps], Y[ps], M[ps])).numpy()
+    assert np.corrcoef(exact, pred)[0, 1] > 0.99
+    np.testing.assert_allclose(exact, pred, atol=0.05 * np.abs(pred).max())
