@@ -70,11 +70,15 @@ if m["tp_trackstar"] < m["tp_adam_cos"]:
             icon=":material/science:")
     with st.expander("Why, as far as we measured"):
         st.markdown(
-            "A single small AdamW step is well described by its first-order effect, "
+            "To first order, a single small AdamW step changes log p(answer) by "
             "η(1−β₁)/bc₁ · g_q·(g_z/√v̂), a dot product with the optimizer correction on one side, no R and no "
             "normalisation. Over every patched (query, passage) pair on this run, that prediction and the measured Δ "
-            f"correlate at r = {m['tp_first_order_r']:.2f}. So at this scale the passages that a step on moves "
-            "log p(answer) most are simply those with the largest Adam-scaled gradient along the query's, and every "
+            f"correlate at r = {m['tp_first_order_r']:.2f}; the plain dot product g_q·g_z, without the optimizer "
+            f"correction, at r = {m['tp_plain_dot_r']:.2f}"
+            + (" (closer: at the real step size the passage gradients are not small next to √v̂, so Adam's step is "
+               "not linear in them)" if m["tp_plain_dot_r"] > m["tp_first_order_r"] else "")
+            + ". So at this scale the passages that a step on moves "
+            "log p(answer) most are those with the largest gradient along the query's, and every "
             "transformation away from that score (R^(-1/2) in particular) ranks them lower. The model has seen each "
             f"fact's passages about {m['epochs']:.0f} times, so they are memorised and their gradients are small: one "
             f"step on the passages that state the fact raises log p(answer) by {m['tp_sources']:.3f} ± "
