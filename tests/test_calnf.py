@@ -336,3 +336,47 @@ def test_work_estimate_admits_the_spec_setting_and_refuses_the_worst_with_a_work
     base = eng.estimated_seconds(eng.Config())
     for kw in (dict(steps=600), dict(n_failure=80), dict(K=9), dict(compare_all=True)):
         assert eng.estimated_seconds(eng.Config(**kw)) > base
+
+
+def test_reported_metrics_recomputed_from_the_trained_flow(monkeypatch):
+    """The badges' numbers follow their definitions on the flow run() trained: calibration is measured against
+    the starting label (1/K, ..., 1/K), the label gain uses clipped means at c* and at c = 0, and the ROC-AUC of
+    log q(x; c*) - log q(x; 0) on held-out failure vs nominal points matches scikit-learn."""
+    from sklearn.metrics import roc_auc_score
+
+    seen, moons = {}, []
+    real_train, real_moons = eng.train_stacked, eng.two_moons
+
+    def spy_train(jobs, *a, **kw):
+        out = real_train(jobs, *a, **kw)
+        seen.update(jobs=jobs, out=out, held_f=kw["held_failure"])
+        return out
+
+    def spy_moons(rng, n, failure, *a):
+        x = real_moons(rng, n, failure, *a)
+        moons.append((n, failure, x))
+        return x
+
+    monkeypatch.setattr(eng, "train_stacked", spy_train)
+    monkeypatch.setattr(eng, "two_moons", spy_moons)
+    cfg = eng.Config(steps=100, K=3)
+    res = eng.run(cfg)
+    m, K = res.metrics, cfg.K
+    assert seen["jobs"][0].method == "calnf"
+    flow, c_star, _ = seen["out"][0]
+    held_f = seen["held_f"]
+    (held_n,) = [x for n, f, x in moons if n == eng.N_HELDOUT and not f]
+
+    def lp(x, c):
+        with torch.no_grad():
+            return flow.log_prob(torch.as_tensor(x, dtype=torch.float32), c.expand(len(x), K)).double().numpy()
+
+    c0, cu = torch.zeros(1, K), torch.full((1, K), 1.0 / K)
+    np.testing.assert_allclose(res.c_star, c_star.numpy()[0])
+    assert m["c_star_shift"] == pytest.approx(float(np.linalg.norm(res.c_star - 1.0 / K)), abs=1e-6)
+    assert m["train_fail_cinit"] == pytest.approx(lp(seen["jobs"][0].failure, cu).mean(), abs=1e-4)
+    assert m["held_fail_clip_calnf_c0"] == pytest.approx(np.maximum(lp(held_f, c0), eng.CLIP_LL).mean(), abs=1e-4)
+    assert m["held_fail_clip_calnf_c0"] >= eng.CLIP_LL
+    score = np.r_[lp(held_f, c_star) - lp(held_f, c0), lp(held_n, c_star) - lp(held_n, c0)]
+    y = np.r_[np.ones(len(held_f)), np.zeros(len(held_n))]
+    assert m["auc"] == pytest.approx(roc_auc_score(y, score), abs=1e-4)

@@ -478,3 +478,39 @@ def test_page_says_where_selection_falls_short():
 
     assert any("The shortfall is at the smallest budget" in t for t in page_texts("diffusion_planning"))
     assert any("Selection is behind at both budgets" in t for t in page_texts("diffusion_planning", {"seed": "3"}))
+
+
+def test_maze_distance_matches_networkx_inside_every_free_cell():
+    """Cell lookup follows cell_centre's (x, y) = (col + 0.5, row + 0.5), and the BFS distance of any point inside
+    a free cell (centre or off-centre) is networkx's shortest-path length from that cell to the goal cell."""
+    g = nx.grid_2d_graph(*eng.WALLS.shape)
+    g.remove_nodes_from([c for c in list(g.nodes) if eng.WALLS[c]])
+    ref = nx.single_source_shortest_path_length(g, eng.GOAL_CELL)
+    cells = eng.free_cells()
+    for off in ((0.0, 0.0), (0.3, -0.3), (-0.4, 0.2)):
+        pts = np.array([eng.cell_centre(c) for c in cells]) + np.array(off)
+        r, c = eng.cell_of(pts)
+        assert list(zip(r.tolist(), c.tolist())) == cells
+        np.testing.assert_array_equal(eng.maze_distance_to_goal(pts), [ref[c] for c in cells])
+
+
+def test_agent_disc_keeps_clear_of_every_wall_square():
+    """Geometry written apart from the engine's corner test: after any sequence of actions the agent's centre is
+    at Euclidean distance >= RADIUS from every wall cell [c, c + 1] x [r, r + 1] (actions held for 8 steps at a
+    time, so agents hit walls and corners with momentum)."""
+    rng = np.random.default_rng(11)
+    cells = eng.free_cells()
+    n = 96
+    s = np.zeros((n, 4))
+    s[:, :2] = np.array([eng.cell_centre(cells[i]) for i in rng.integers(0, len(cells), n)])
+    wr, wc = np.nonzero(eng.WALLS)
+    closest = np.inf
+    for k in range(600):
+        if k % 8 == 0:
+            a = rng.choice([-1.0, 0.0, 1.0], size=(n, 2))
+        s = eng.step(s, a)
+        x, y = s[:, :1], s[:, 1:2]
+        dx = np.maximum(np.maximum(wc - x, x - (wc + 1)), 0.0)
+        dy = np.maximum(np.maximum(wr - y, y - (wr + 1)), 0.0)
+        closest = min(closest, float(np.hypot(dx, dy).min()))
+    assert closest >= eng.RADIUS - 1e-9, closest
