@@ -36,7 +36,8 @@ layout.paper_header(
         "growth starts from the coupling fit, the growth cost α changes the "
         "result only mildly here. The score network is initialised from a KDE rather than by "
         "Schrödinger-bridge matching; the joint stage weights the Fokker–Planck residual by 1, as in the spec, "
-        "but keeps the first stage's OT / mass / action weights (0.1, 1, 0.01) rather than the spec's 1, 1000, 1 "
+        f"but keeps the first stage's OT / mass / action weights ({eng.LAMBDA_OT:g}, {eng.LAMBDA_MASS:g}, "
+        f"{eng.LAMBDA_E:g}) rather than the spec's 1, 1000, 1 "
         "(at seeds 0–2 both pass every badge; ours leaves the smaller growth error on the second cluster), "
         "and it drifts when run long (100 joint iterations at seed 0 fail two badges)."
     ),
