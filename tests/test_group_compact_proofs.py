@@ -358,3 +358,89 @@ def test_cost_badge_counts_certified_inputs_only():
     assert m["bound"] == 0.0 and m["speedup_ops"] > 1
     (c,) = [c for c in g.claims(r) if "per certified input" in c.statement]
     assert c.measured == m["speedup_certified"] == 0.0 and not c.passed
+
+
+# ----------------------------------------------------------------------------- added by mutation testing
+def test_equivariance_matches_its_definition_by_loops():
+    """left[g] = ||Z'[ga, b, gc] − Z'[a, b, c]|| / ||Z'||, right[g] = ||Z'[a, bg, cg] − Z'[a, b, c]|| / ||Z'||, Z' the
+    logits centred over the output c, summed by explicit loops on S3; and a per-input constant added to the logits
+    (which changes no prediction) leaves both unchanged."""
+    G = g.symmetric_group(3)
+    m = G.order
+    rng = np.random.default_rng(30)
+    Z = rng.normal(size=(m, m, m))
+    left, right = g.equivariance(Z, G, np.arange(m))
+    Zc = Z - Z.mean(2, keepdims=True)
+    norm = np.sqrt((Zc ** 2).sum())
+    for k in range(m):
+        dl = dr = 0.0
+        for a, b, c in itertools.product(range(m), repeat=3):
+            dl += (Zc[G.table[k, a], b, G.table[k, c]] - Zc[a, b, c]) ** 2
+            dr += (Zc[a, G.table[b, k], G.table[c, k]] - Zc[a, b, c]) ** 2
+        assert left[k] == pytest.approx(np.sqrt(dl) / norm, rel=1e-4, abs=1e-6)
+        assert right[k] == pytest.approx(np.sqrt(dr) / norm, rel=1e-4, abs=1e-6)
+    l2, r2 = g.equivariance(Z + 5 * rng.normal(size=(m, m, 1)), G, np.arange(m))
+    assert np.allclose(l2, left, atol=1e-5) and np.allclose(r2, right, atol=1e-5)
+
+
+def _cycle_lengths(p):
+    seen, out = set(), []
+    for s in range(len(p)):
+        k, j = 0, s
+        while j not in seen:
+            seen.add(j)
+            j = p[j]
+            k += 1
+        if k:
+            out.append(k)
+    return tuple(sorted(out))
+
+
+def test_irrep_energy_matches_isotypic_projectors_from_the_textbook_character_table():
+    """The share of a function f on S4 in irrep ρ is ||P_ρ f||² / ||f||² with the isotypic projector
+    P_ρ[x, y] = (d_ρ / |G|) χ_ρ(x y⁻¹), built from the textbook S4 characters (not from Young's form); per column the
+    shares sum to 1."""
+    chars = {(4,): {(1, 1, 1, 1): 1, (1, 1, 2): 1, (2, 2): 1, (1, 3): 1, (4,): 1},
+             (1, 1, 1, 1): {(1, 1, 1, 1): 1, (1, 1, 2): -1, (2, 2): 1, (1, 3): 1, (4,): -1},
+             (2, 2): {(1, 1, 1, 1): 2, (1, 1, 2): 0, (2, 2): 2, (1, 3): -1, (4,): 0},
+             (3, 1): {(1, 1, 1, 1): 3, (1, 1, 2): 1, (2, 2): -1, (1, 3): 0, (4,): -1},
+             (2, 1, 1): {(1, 1, 1, 1): 3, (1, 1, 2): -1, (2, 2): -1, (1, 3): 0, (4,): 1}}
+    G = g.symmetric_group(4)
+    m = G.order
+    ctype = [_cycle_lengths(p) for p in G.elements]
+    W = np.random.default_rng(32).normal(size=(m, 7))
+    W[:, 0] = 1.0                                   # all trivial
+    got = g.irrep_energy(W, 4)
+    assert np.allclose(got.sum(0), 1.0)
+    total = np.zeros((m, m))
+    for i, ir in enumerate(g.irreps(4)):
+        chi, d = chars[ir.shape], chars[ir.shape][(1, 1, 1, 1)]
+        P = np.array([[d / m * chi[ctype[G.table[x, G.inv[y]]]] for y in range(m)] for x in range(m)])
+        total += P
+        ref = ((P @ W) ** 2).sum(0) / (W ** 2).sum(0)
+        assert np.allclose(got[i], ref, atol=1e-10), ir.shape
+    assert np.allclose(total, np.eye(m), atol=1e-12)  # the projectors resolve the identity
+
+
+@pytest.mark.parametrize("method", ["characters", "fourier"])
+def test_with_nothing_explained_the_certified_margin_is_the_documented_residual_bound(method):
+    """τ above 1 keeps no irrep part: the explained logits vanish and the residual E is U (bias = a neuron whose
+    activation is 1) centred over the output. By the docstring, max_{c≠ab} E[c]·h is bounded by the smaller of
+    max_c ||E[c]|| ||h|| (or the operator-norm sum, which is only ever smaller) and Σ_k max_c E[c, k] h_k; so the certified
+    margin is at least E[ab]·h minus the smaller of the two norms computed here, and at most the true margin."""
+    G = g.symmetric_group(4)
+    m, N = G.order, 10
+    rng = np.random.default_rng(31)
+    w = g.Weights(rng.normal(size=(m, N)), rng.normal(size=(m, N)), rng.normal(size=(m, N)), rng.normal(size=m))
+    p = g.compact_bound(w, G, tau=1.01, method=method)
+    assert not p.explained.any()
+    Ux = np.c_[w.U, w.beta]
+    E = Ux - Ux.mean(0)
+    A, B = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+    h = np.concatenate([np.maximum(w.L[A] + w.R[B], 0.0), np.ones((m, m, 1))], -1)
+    own = np.einsum("abk,abk->ab", E[G.table], h)
+    by_rows = np.sqrt((E ** 2).sum(1)).max() * np.linalg.norm(h, axis=-1)
+    by_cols = h @ E.max(0)
+    assert (p.margin_bound >= own - np.minimum(by_rows, by_cols) - 1e-9).all()
+    _, margin = g.brute_force(w, G)
+    assert (p.margin_bound <= margin + 1e-9).all()

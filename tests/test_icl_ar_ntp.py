@@ -227,3 +227,52 @@ def test_fixed_n_grid_is_shipped_and_behaves_like_its_data_size(res):
     gap_f = fx.fixed_n_grid["unseen"].mean(0) - tr_f
     gap_c = res.grid_unseen.mean(0) - tr_c
     assert np.all(gap_f[:shared] > gap_c[:shared])
+
+
+# ---- added by mutation testing: references written from the spec's definitions ---------------------------
+
+def test_mixture_posterior_matches_a_brute_force_bayes_loop():
+    """p(k | x_1..x_t) ∝ prod_{i<t} N(x_{i+1}; W_k x_i, σ² I) with a uniform prior over the training topics, and the
+    prediction sum_k p(k | ·) W_k x_t, written as a plain loop with scipy's Gaussian density."""
+    from scipy.stats import multivariate_normal
+
+    rng = np.random.default_rng(8)
+    W = eng.make_topics(rng, 3)
+    x = eng.simulate(rng, W, np.array([0, 1, 2, 1]), 7)
+    pred, post = eng.mixture_predictions(x, W)
+    cov = eng.noise_var(eng.RHO) * np.eye(eng.D)
+    for n in range(len(x)):
+        for t in range(1, x.shape[1]):             # prompt x[n, :t] (t tokens) predicts x[n, t]
+            logp = np.array([sum(multivariate_normal.logpdf(x[n, i + 1], W[k] @ x[n, i], cov) for i in range(t - 1))
+                             for k in range(len(W))])
+            p = np.exp(logp - logp.max())
+            p /= p.sum()
+            np.testing.assert_allclose(post[n, t - 1], p, rtol=0, atol=1e-9)
+            ref = sum(p[k] * W[k] @ x[n, t - 1] for k in range(len(W)))
+            np.testing.assert_allclose(pred[n, t - 1], ref, rtol=0, atol=1e-9)
+
+
+def test_gap_fit_is_least_squares_in_one_over_sqrt_k():
+    """The page's fitted gap curve a + b/√K: exact on a noiseless curve of that shape, and on noisy gaps the same
+    straight line in the variable 1/√K as numpy.polyfit."""
+    ks = np.asarray(eng.GRID_K, dtype=float)
+    a, b = eng.fit_inv_sqrt(ks, 0.07 + 0.9 / np.sqrt(ks))
+    assert a == pytest.approx(0.07, abs=1e-10) and b == pytest.approx(0.9, abs=1e-10)
+    gap = 0.02 + 0.5 / np.sqrt(ks) + np.random.default_rng(9).normal(0, 0.03, ks.size)
+    slope, intercept = np.polyfit(1.0 / np.sqrt(ks), gap, 1)
+    assert eng.fit_inv_sqrt(ks, gap) == pytest.approx((intercept, slope), abs=1e-10)
+
+
+def test_first_training_loss_is_the_next_token_error_of_the_initial_weights():
+    """With a single training sequence (K = N = 1) every batch is that sequence, so the first logged loss is the spec's
+    AR-NTP objective mean_t ||f(x_{1:t})_t − x_{t+1}||² / d of the untrained network, recomputed here with torch."""
+    import torch
+
+    T = 8
+    _, _, hist, _ = eng.train_model(K=1, N=1, T=T, steps=1, seed=0)
+    _, x = eng.training_set(1, 1, T, 0)
+    init = eng.initial_model(1, T, 0)
+    with torch.no_grad():
+        xt = torch.as_tensor(x, dtype=torch.float32)
+        ref = float(((init(xt[:, :-1]) - xt[:, 1:]) ** 2).mean())
+    assert hist[0] == pytest.approx(ref, rel=1e-4)

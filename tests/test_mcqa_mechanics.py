@@ -267,3 +267,29 @@ def test_training_seed_survey_matches_the_shipped_model(res):
     assert row["topk_recovery"] == pytest.approx(live["topk_recovery"], abs=1e-4)
     for r in sv["runs"]:
         assert len(r["lens_acc"]) == res.n_layers + 1 and r["accuracy_in_order"] >= 0.99
+
+
+def test_lens_rank_top1_and_mean_logits_match_a_brute_force_count(model):
+    """The page's other lens curves, per layer, from the independent NumPy forward pass: the correct letter's rank in
+    the whole vocabulary (0 = top; found by sorting), the share of prompts where it is top-1, its mean logit and the
+    mean logit of the three other letters."""
+    b = eng.sample_prompts(200, np.random.default_rng(13), p_shuffled=0.5)
+    sd = {k: v.double().numpy() for k, v in model.state_dict().items()}
+    resids: list = []
+    _numpy_forward(sd, model.arch, b.ids, resids=resids)
+    got = eng.lens_by_layer(model, b, "cpu")
+    n = len(b.answer)
+    correct_id = eng.LETTER_IDS[b.answer]
+    for li, x in enumerate(resids):
+        h = x[:, eng.SEQ_LEN - 1]
+        hn = (h - h.mean(1, keepdims=True)) / np.sqrt(h.var(1, keepdims=True) + 1e-5) * sd["ln_f.weight"] + sd["ln_f.bias"]
+        full = hn @ sd["unembed.weight"].T
+        order = np.argsort(-full, axis=1)
+        rank = np.array([int(np.flatnonzero(order[i] == correct_id[i])[0]) for i in range(n)])
+        # float32 vs float64 may swap a near-tie here and there: a few prompts at most
+        assert got["rank"][li] == pytest.approx(rank.mean(), abs=0.05), li
+        assert got["top1"][li] == pytest.approx((rank == 0).mean(), abs=0.05), li
+        own = full[np.arange(n), correct_id]
+        others = np.array([np.mean([full[i, eng.LETTER_IDS[j]] for j in range(4) if j != b.answer[i]]) for i in range(n)])
+        assert got["correct_logit"][li] == pytest.approx(own.mean(), abs=1e-3), li
+        assert got["other_logit"][li] == pytest.approx(others.mean(), abs=1e-3), li
