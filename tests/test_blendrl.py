@@ -379,3 +379,44 @@ def test_page_verdicts_follow_the_measured_keep_ratios():
     assert "Unlike in the paper, the blend does not keep its progress here" in mlp
     assert "This matches the paper" not in mlp
     assert "the shipped one hands most states to the neural side" in mlp
+
+
+def _scripted(beta_n=None):
+    """A stand-in agent for ``evaluate_many``: walks to the ladder, climbs, walks to the bell (one-hot, so sampling is
+    deterministic); beta_n, a function of the ball distance in cells, fills the gate column."""
+
+    def agent(img, z):
+        floor, col, target = torch.round(z[:, 0] * 2), torch.round(z[:, 1] * 8), torch.round(z[:, 2] * 8)
+        a = torch.where(col < target, eng.RIGHT, torch.where(col > target, eng.LEFT, eng.UP))
+        a = torch.where((floor == eng.FLOORS - 1) & (col == target), eng.NOOP, a)
+        p = torch.nn.functional.one_hot(a, len(eng.ACTIONS)).float()
+        bn = torch.zeros(len(z)) if beta_n is None else beta_n(torch.round(torch.abs(z[:, 3] * 8))).float()
+        return p, torch.zeros(len(z)), torch.stack([bn, 1 - bn], 1)
+
+    return agent
+
+
+def test_evaluation_return_is_the_games_own_reward():
+    """Without balls the scripted climber needs 8 + 1 + 8 + 1 + 8 = 26 moves to the bell: the game pays +1 at the bell
+    and 0.01 per step, so every episode returns 1 - 0.26 (the progress shaping used in training is not part of it)."""
+    ev = eng.evaluate(_scripted(), "no balls", 32, 0)
+    assert ev["success"] == 1.0 and ev["progress"] == 1.0
+    assert ev["ret"] == pytest.approx(1.0 - 26 * eng.STEP_COST, abs=1e-5)
+
+
+def test_gate_statistics_use_the_documented_distance_bands():
+    """beta_near averages the states with a ball at most 2 cells away, beta_far those with no ball within 4 cells
+    (the badge labels): a gate that is 1 exactly on one band's edge shows up in that band and never in the other."""
+    def ev(f):
+        return eng.evaluate(_scripted(f), "standard", 64, 3)
+
+    inside = ev(lambda d: d <= 2)
+    assert inside["beta_near"] == 1.0 and inside["beta_far"] == 0.0
+    edge_near = ev(lambda d: d == 2)
+    assert edge_near["beta_near"] > 0 and edge_near["beta_far"] == 0.0
+    outside = ev(lambda d: d > 4)
+    assert outside["beta_far"] == 1.0 and outside["beta_near"] == 0.0
+    edge_far = ev(lambda d: d == 5)
+    assert edge_far["beta_far"] > 0 and edge_far["beta_near"] == 0.0
+    middle = ev(lambda d: (d > 2) & (d <= 4))        # in neither band
+    assert middle["beta_near"] == 0.0 and middle["beta_far"] == 0.0 and middle["neural_share"] > 0

@@ -399,3 +399,24 @@ def test_model_rows_at_the_buffer_action_lose_the_effect(default_result, monkeyp
     intact = default_result.metrics["ratio_real_mad"]
     assert m["real_final"] == pytest.approx(default_result.metrics["real_final"])   # real-only rows untouched
     assert 0.7 < m["ratio_real_mad"] < 1.3 < intact
+
+
+def test_actor_update_climbs_the_true_q_when_given_the_true_gradient(monkeypatch):
+    """The actor step descends the DPG loss -mean Q(s, -sK). Fed the exact gradient of the true Q^K instead of its
+    critic's, the same Adam schedule must carry K from K_b toward the LQR optimum (scipy's Riccati solution), and the
+    recorded regret must shrink; a step in the wrong direction makes the actor unstable."""
+    cfg = eng.Config(utd=1, env_steps=200, n_seeds=2, width=16)
+
+    def exact_grad(crit, s, K):
+        P, ok = eng.policy_value_matrices(K, cfg.gamma)
+        return eng.true_actor_grad(s, K, np.where(ok[:, None, None], P, 0.0), cfg.gamma)
+
+    monkeypatch.setattr(eng, "actor_grad", exact_grad)
+    out = eng.train(cfg, 1, [("real ac", 0.0, 0.0, True)], np.random.default_rng(0))
+    g = np.sqrt(cfg.gamma)
+    Pd = scipy.linalg.solve_discrete_are(g * eng.A_DYN, g * eng.B_DYN, eng.Q_C, np.array([[eng.R_C]]))
+    K_opt = cfg.gamma * np.linalg.solve(eng.R_C + cfg.gamma * eng.B_DYN.T @ Pd @ eng.B_DYN, eng.B_DYN.T @ Pd @ eng.A_DYN)[0]
+    K0, K_end = eng.K_B, out["K"][:, 0]
+    assert np.all(np.linalg.norm(K_end - K_opt, axis=1) < 0.6 * np.linalg.norm(K0 - K_opt))
+    reg = out["regret"][:, 0]
+    assert np.all(np.isfinite(reg)) and np.all(reg[:, -1] < 0.25 * reg[:, 0])

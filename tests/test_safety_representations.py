@@ -365,3 +365,69 @@ def test_shipped_lab_runs_are_what_the_engine_measures():
     res = eng.run(eng.Config(n_seeds=1))
     base = next(r for r in lab["rows"] if r["variant"] == "baseline")
     assert res.final_cost["baseline"][0] == base["cost"][0]
+
+
+def _moves_from(cell, shape):
+    """The four cells reached from `cell` by up, down, left, right (a move off the grid stays put)."""
+    (i, j), (R, C) = cell, shape
+    return [(max(i - 1, 0), j), (min(i + 1, R - 1), j), (i, max(j - 1, 0)), (i, min(j + 1, C - 1))]
+
+
+def _move_probs(arrow, slip, eps=0.0):
+    """P(move) for an epsilon-greedy agent whose greedy action is `arrow`, with a slip to a uniform random move."""
+    act = np.full(4, eps / 4) + (1 - eps) * (np.array(list("↑↓←→")) == arrow)
+    return [(1 - slip) * act[m] + slip / 4 for m in range(4)]
+
+
+def test_reported_exact_distribution_is_that_of_the_final_epsilon_greedy_policy():
+    """The 'exact' steps-to-cost map the page compares the S2C with is the final greedy policy with epsilon = EPS_END
+    (a proper distribution over actions): re-derived cell by cell by pushing probability mass forward in plain Python."""
+    cfg = eng.Config(env_steps=8_000)
+    r = eng._train("srpl", cfg, 0)
+    water, _, goal = eng.parse_map(cfg.grid)
+    H = cfg.horizon
+    for (i, j) in zip(*np.nonzero(~water)):
+        if (i, j) == goal:
+            continue
+        mass, ref = {(i, j): 1.0}, np.zeros(H)
+        for k in range(H - 1):                     # P(delta = k + 1): mass entering a hazard at step k + 1
+            new = {}
+            for c, m in mass.items():
+                for nc, p in zip(_moves_from(c, water.shape), _move_probs(r["arrows"][c], cfg.slip, eng.EPS_END)):
+                    if water[nc]:
+                        ref[k] += m * p
+                    elif nc != goal:                 # the goal absorbs safely
+                        new[nc] = new.get(nc, 0.0) + m * p
+            mass = new
+        ref[H - 1] = 1.0 - ref[:-1].sum()
+        assert np.allclose(r["exact"][i, j], ref, atol=1e-9), (i, j)
+
+
+def _greedy_success_probability(arrows, grid, slip):
+    """Exact probability that the greedy policy (with slips) reaches the goal before a hazard within TIME_LIMIT moves."""
+    water, start, goal = eng.parse_map(grid)
+    mass, succ = {start: 1.0}, 0.0
+    for _ in range(eng.TIME_LIMIT):
+        new = {}
+        for c, m in mass.items():
+            for nc, p in zip(_moves_from(c, water.shape), _move_probs(arrows[c], slip)):
+                if nc == goal:
+                    succ += m * p
+                elif not water[nc]:
+                    new[nc] = new.get(nc, 0.0) + m * p
+        mass = new
+    return succ
+
+
+def test_greedy_success_matches_the_exact_probability(monkeypatch):
+    """The greedy evaluation's success rate (200 sampled episodes) agrees, within 4 binomial standard errors, with the
+    exact success probability of the same greedy policy; a hazard ends an episode for good. On a hand-built 3 x 3 map
+    every move from the start either enters a hazard or reaches the goal, so nothing after a death may count."""
+    monkeypatch.setitem(eng.MAPS, "cross", [".W.", "WSG", ".W."])
+    for variant, cfg, seed in (("baseline", eng.Config(grid="cross", slip=0.3, env_steps=5_000), 0),
+                               ("oracle", eng.Config(slip=0.3, env_steps=12_800), 0)):
+        r = eng._train(variant, cfg, seed)
+        p = _greedy_success_probability(r["arrows"], cfg.grid, cfg.slip)
+        assert 0.2 < p < 0.9                        # a case where the check has power
+        se = np.sqrt(p * (1 - p) / eng.EVAL_EPISODES)
+        assert abs(r["eval_success"] - p) < 4 * se, (cfg.grid, r["eval_success"], p)
