@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import tempfile
@@ -313,3 +314,59 @@ def test_diagonality_badge_fails_for_a_random_point_map(default_result, monkeypa
     assert default_result.metrics["diag_mass_p2p"] >= 0.85
     # the engine's own null (one random map, shown in the badge's detail) agrees with the patched run
     assert abs(default_result.metrics["diag_mass_random"] - c.measured) < 0.1
+
+
+# ------------------------------------------------------------------- descriptors, solver and refinement settings
+
+def test_wks_matches_the_gaussian_filter_definition():
+    """WKS(x, e) = sum_k phi_k(x)^2 g_e(lam_k) / sum_k g_e(lam_k), g_e(lam) = exp(-(e - log lam)^2 / (2 sigma^2)) (Aubry et
+    al. 2011), with sigma = sigma_factor * delta, delta = (log lam_max - log lam_1) / n and n energies evenly spaced
+    2 sigma inside [log lam_1, log lam_max] (or spanning it when that is too narrow); explicit loops, hand-made spectrum."""
+    rng = np.random.default_rng(3)
+    evals = np.concatenate([[0.0], np.geomspace(2.0, 900.0, 30)])
+    evecs = rng.normal(size=(7, 31))
+    for n, factor in ((8, 7.0), (8, 1.0), (40, 7.0)):
+        got = eng.wks(evals, evecs, n, sigma_factor=factor)
+        lo, hi = math.log(evals[1]), math.log(evals[-1])
+        sigma = factor * (hi - lo) / n
+        es = np.linspace(lo + 2 * sigma, hi - 2 * sigma, n) if hi - lo > 4 * sigma else np.linspace(lo, hi, n)
+        want = np.zeros((7, n))
+        for j, e in enumerate(es):
+            g = [math.exp(-(e - math.log(lam)) ** 2 / (2 * sigma ** 2)) for lam in evals[1:]]
+            for x in range(7):
+                want[x, j] = sum(gk * evecs[x, k + 1] ** 2 for k, gk in enumerate(g)) / sum(g)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_fmap_without_descriptor_commutativity_is_the_least_squares_minimiser():
+    """With the descriptor-commutativity weight at 0 (a widget setting) the solver's row-wise closed form is the answer:
+    each row c_i minimises ||A^T c_i - b_i||^2 + w_lap sum_j (l1_j - l2_i)^2 c_ij^2, checked with numpy's lstsq on
+    the stacked rows, for square and rectangular maps and several Laplacian weights."""
+    rng = np.random.default_rng(4)
+    for k1, k2 in ((6, 6), (7, 5)):
+        A, B = rng.normal(size=(k1, 9)), rng.normal(size=(k2, 9))
+        l1, l2 = np.sort(rng.random(k1)) * 3, np.sort(rng.random(k2)) * 3
+        for wl in (0.0, 0.1, 2.0, 10.0):
+            want = np.zeros((k2, k1))
+            for i in range(k2):
+                M = np.vstack([A.T, np.sqrt(wl) * np.diag(l1 - l2[i])])
+                rhs = np.concatenate([B[i], np.zeros(k1)])
+                want[i] = np.linalg.lstsq(M, rhs, rcond=None)[0]
+            got = eng.solve_fmap(A, B, [], [], l1, l2, 0.0, wl)
+            np.testing.assert_allclose(got, want, atol=1e-8, err_msg=f"{k1}x{k2}, w_lap={wl}")
+
+
+def test_spectral_icp_step_is_the_nearest_orthogonal_map():
+    """One spectral-ICP step: the k x k map induced by the initial point map, replaced by the nearest orthogonal
+    matrix (scipy's orthogonal Procrustes), then turned back into a point map by nearest spectral neighbours."""
+    cfg = eng.Config(n_vertices=600, refine="icp", refine_steps=1)
+    src, tgt, truth, _ = eng.make_pair(cfg)
+    res = eng.match(cfg, src, tgt, truth)
+    n_eig = max(cfg.k, eng.N_DESC_EIG)
+    _, ph1, _ = eng._spectral(src, n_eig)
+    _, ph2, m2 = eng._spectral(tgt, n_eig)
+    induced = eng.fmap_from_p2p(res.map_init.astype(np.int64), ph1, ph2, m2, cfg.k, cfg.k)
+    R, _ = scipy.linalg.orthogonal_procrustes(np.eye(cfg.k), induced)
+    np.testing.assert_allclose(res.C_final, R, atol=1e-5)
+    np.testing.assert_allclose(res.C_final @ res.C_final.T, np.eye(cfg.k), atol=1e-5)
+    assert np.mean(res.map_final == eng.p2p_from_fmap(R, ph1, ph2)) > 0.99

@@ -377,3 +377,69 @@ def test_any_damaged_file_gives_a_clip_or_a_clear_message(fmt, edits, cut):
         clip, notes = out
         assert clip.shape == (eng.N_SAMPLES,) and np.all(np.isfinite(clip)) and notes
         assert np.max(np.abs(clip)) == pytest.approx(eng.UPLOAD_PEAK)
+
+
+# ------------------------------------------------------------------------------ time grids and the diagnosis
+
+def test_flat_straightness_gives_the_uniform_grid_exactly():
+    """C(t) holds one value per fine-grid end point, C(0) = 0 ... C(1) = 1; constant straightness makes it linear, so
+    the k/N crossings land exactly on the uniform grid whenever N divides the fine step count."""
+    t = eng.uniform_grid(eng.FINE_STEPS)[:-1]
+    s = np.full_like(t, 0.3)
+    np.testing.assert_allclose(eng.cumulative_straightness(s), np.linspace(0, 1, eng.FINE_STEPS + 1), atol=1e-12)
+    for n in (2, 4, 5, 8, 10, 20):
+        np.testing.assert_allclose(eng.straightness_grid(t, s, n), eng.uniform_grid(n), atol=1e-9)
+
+
+def test_reversed_grid_mirrors_the_straightness_grid():
+    """The negative control's grid is t -> 1 - t of the straightness grid, still run from noise (0) to data (1): it
+    rises from 0 to 1 and its step sizes are the straightness steps in reverse order."""
+    voc = eng.load_vocoder()
+    for n in (2, 4, 10):
+        st_g, rv = voc.grid("straightness", n), voc.grid("reversed", n)
+        assert rv[0] == 0.0 and rv[-1] == 1.0 and np.all(np.diff(rv) > 0)
+        np.testing.assert_allclose(np.diff(rv), np.diff(st_g)[::-1], atol=1e-9)
+
+
+def test_calibration_measures_distance_to_the_final_velocity():
+    """Spec: on a fine uniform pass S_k = mean |v_k - v_final|, so S vanishes at the last step and not at the first;
+    the times are the pass's step starts."""
+    voc = eng.load_vocoder()
+    _, mel = voc.prepare([eng.synth_clip(2)])
+    t, s = voc.calibrate(mel, noise_seed=1)
+    _, vs = voc.sample(mel, n_steps=eng.FINE_STEPS, noise_seed=1, return_velocities=True)
+    np.testing.assert_allclose(t, np.arange(eng.FINE_STEPS) / eng.FINE_STEPS, atol=1e-12)
+    np.testing.assert_allclose(s, [np.mean(np.abs(v - vs[-1])) for v in vs], rtol=1e-5)
+    assert s[-1] == 0.0 and s[0] > 0.0
+
+
+def test_loud_gap_reads_only_the_loudest_cells():
+    """loud_gap_db is the mean dB shortfall on the loudest LOUD_SHARE of the true cells: quieting the loudest 5 % of
+    cells (a superset) by exactly 20 dB and leaving the rest untouched gives +20 dB; the magnitude LSD counts every
+    frame, so it stays far below 20."""
+    clip = eng.synth_clip(4)
+    S = eng.stft(clip)[:eng.N_BINS]
+    order = np.argsort(np.abs(S), axis=None)[::-1]
+    top = np.unravel_index(order[: int(0.05 * S.size)], S.shape)
+    G = S.copy()
+    G[top] *= 0.1
+    d = eng.spectral_diagnosis(clip, G, clip)
+    assert d["loud_gap_db"] == pytest.approx(20.0, abs=1e-3)
+    assert 0.0 < d["mag_lsd"] < 10.0
+
+
+def test_rf_loss_balances_frames():
+    """Time/energy balance (spec): each frame's error is divided by the spread of its target over channels, so
+    scaling one frame of target and prediction by 1000 leaves the RF loss unchanged."""
+    z0, z1, mel = _pair(seed=2, nt=8)
+    mean, std = torch.zeros(2, eng.N_BINS), torch.ones(2, eng.N_BINS)
+    err = 0.3 * torch.randn(z1.shape, generator=torch.Generator().manual_seed(5))
+    t = torch.tensor([0.3, 0.7])
+
+    def rf(z0, z1, err):
+        uh = (z1 - z0 + err).reshape(-1, eng.CH, z1.shape[-1])
+        return eng.rf_losses(lambda *_: uh, z1, mel, mean, std, t=t, z0=z0)[1]["rf"]
+
+    gain = torch.ones(z1.shape[-1])
+    gain[3] = 1000.0
+    assert rf(z0 * gain, z1 * gain, err * gain) == pytest.approx(rf(z0, z1, err), rel=1e-4)

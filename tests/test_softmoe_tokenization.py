@@ -472,3 +472,50 @@ def test_shipped_rl_curves_support_the_page_caption():
     at = {a: sr[f"{a}_success"][:, k].mean() for a in eng.ARCHS}
     per_conv = ("softmoe4_per_conv", "softmoe1_per_conv_scaled")
     assert max(at[a] for a in per_conv) < min(v for a, v in at.items() if a not in per_conv)
+
+
+def test_per_patch_token_count_matches_a_patch_loop():
+    """Per-patch tokens cut the 10 × cols feature map into 2×2 patches, padding an odd edge: their number is the
+    number of patch corners (r, c) with r, c even, counted by a loop, for odd and even grid widths alike."""
+    for cols in (3, 4, 5, 8, 9):
+        corners = sum(1 for r in range(eng.ROWS) for c in range(cols) if r % 2 == 0 and c % 2 == 0)
+        obs = eng.observe(torch.tensor([4]), torch.tensor([cols - 1]), torch.tensor([0]), cols)
+        anat, _ = eng.anatomy(eng.Config(columns=cols, tokenization="per_patch"), obs)
+        assert anat["per_patch"]["m"] == corners == eng.token_shape("per_patch", cols)[0], cols
+        assert anat["per_patch"]["D"].shape[0] == corners
+
+
+def test_slot_similarity_is_a_cosine_matrix():
+    """The anatomy's slot similarity is the cosine of slot inputs: symmetric, ones on the diagonal, within [-1, 1],
+    one row per slot (n·p), and all ones with a single flattened token (every slot receives the same vector)."""
+    obs = eng.observe(torch.tensor([3]), torch.tensor([1]), torch.tensor([4]), 5)
+    for cfg in (eng.Config(), eng.Config(experts=3, capacity=0.5, seed=2, l2_routing=False)):
+        anat, _ = eng.anatomy(cfg, obs)
+        for tok, a in anat.items():
+            cos = a["slot_cos"].astype(np.float64)
+            assert cos.shape == (a["n"] * a["p"],) * 2, tok
+            np.testing.assert_allclose(np.diag(cos), 1.0, atol=1e-5, err_msg=tok)
+            np.testing.assert_allclose(cos, cos.T, atol=1e-6, err_msg=tok)
+            assert np.abs(cos).max() <= 1 + 1e-5, tok
+        np.testing.assert_allclose(anat["flatten"]["slot_cos"], 1.0, atol=1e-5)
+
+
+def test_expert_usage_is_the_combine_mass_on_each_expert(default_result):
+    """Expert usage (plot 5): for every shipped seed, the combine weight a token puts on one expert's slots, averaged
+    over all Catch states and tokens, recomputed with explicit loops over experts; since each token's combine weights
+    sum to 1, the experts' shares sum to 1."""
+    t, b, p = eng.all_states(eng.SHIPPED_COLS)
+    obs = eng.observe(t, b, p, eng.SHIPPED_COLS)
+    for rl, mk in ((False, default_result.masking), (True, default_result.masking_rl)):
+        paths = eng.shipped_moe4_paths(rl=rl)
+        assert mk["mass"].shape == (len(paths), 4)
+        for s, path in enumerate(paths):
+            net = eng.build("softmoe4_per_conv", eng.SHIPPED_COLS)
+            net.load_state_dict(load_state(path)["state"])
+            net.eval()
+            with torch.no_grad():
+                _, C = net.moe.weights(net.tokens(obs))
+            C = C.numpy().astype(np.float64)                     # (states, tokens, experts, slots)
+            want = [C[:, :, j, :].sum(-1).mean() for j in range(4)]
+            np.testing.assert_allclose(mk["mass"][s], want, atol=1e-5)
+            assert mk["mass"][s].sum() == pytest.approx(1.0, abs=1e-5)
