@@ -319,6 +319,25 @@ class ReflexBlend(BlendAgent):
 # ============================================================================ PPO
 
 
+
+def gae_advantages(rews: list, vals: list, last_v, dones: list, gamma: float, lam: float):
+    """Generalised advantage estimates, backwards over a rollout of T steps (lists of (n_envs,) tensors):
+    δ_t = r_t + γ V(s_{t+1}) (1 − d_t) − V(s_t), A_t = δ_t + γλ (1 − d_t) A_{t+1}; V after the last step is
+    ``last_v``. An episode end stops both the bootstrap and the sum. Returns a (T, n_envs) tensor."""
+    import torch
+
+    T = len(rews)
+    adv = torch.zeros(T, len(last_v))
+    acc = torch.zeros(len(last_v))
+    for t in reversed(range(T)):
+        nv = last_v if t == T - 1 else vals[t + 1]
+        nonterm = 1 - dones[t]
+        delta = rews[t] + gamma * nv * nonterm - vals[t]
+        acc = delta + gamma * lam * nonterm * acc
+        adv[t] = acc
+    return adv
+
+
 def train_agent(kind: str, steps: int, seed: int, blend_ent: float = 0.01, n_envs: int = 32, horizon: int = 64,
                 lr: float = 1e-3, progress=None, log_every: int = 4096, random_start: float = RANDOM_START):
     """PPO (clip .2, gamma .99, GAE .95, vf .5, ent .01, blend-ent, grad clip .5, 4 epochs x 4 minibatches)."""
@@ -355,14 +374,7 @@ def train_agent(kind: str, steps: int, seed: int, blend_ent: float = 0.01, n_env
             dones.append(torch.from_numpy(d.astype(np.float32)))
         with torch.no_grad():
             _, last_v, _ = agent(torch.from_numpy(env.image()), torch.from_numpy(env.objects()))
-        adv = torch.zeros(horizon, n_envs)
-        gae = torch.zeros(n_envs)
-        for t in reversed(range(horizon)):
-            nv = last_v if t == horizon - 1 else vals[t + 1]
-            nonterm = 1 - dones[t]
-            delta = rews[t] + GAMMA * nv * nonterm - vals[t]
-            gae = delta + GAMMA * 0.95 * nonterm * gae
-            adv[t] = gae
+        adv = gae_advantages(rews, vals, last_v, dones, GAMMA, 0.95)
         ret = adv + torch.stack(vals)
         B = dict(img=torch.cat(imgs), z=torch.cat(zs), a=torch.cat(acts), lp=torch.cat(logps),
                  adv=adv.flatten(), ret=ret.flatten())

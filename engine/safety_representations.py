@@ -564,12 +564,7 @@ def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
         # --- Q(lambda) targets over the rollout, then two minibatch steps
         f_table = feats(all_cells)
         boot = q(f_table).max(1)[nxt_cells] * (~term)
-        G = np.zeros((ROLLOUT, E))
-        nxt_G = boot[-1]
-        for t in range(ROLLOUT - 1, -1, -1):
-            cont = boot[t] if t == ROLLOUT - 1 else np.where(done[t], boot[t], LAM * nxt_G + (1 - LAM) * boot[t])
-            G[t] = rews[t] + GAMMA * cont
-            nxt_G = G[t]
+        G = lambda_returns(rews, boot, done, GAMMA, LAM)
         X = f_table[cells.ravel()]
         A, Y = acts.ravel(), G.ravel()
         perm = rng.permutation(len(Y))
@@ -617,6 +612,21 @@ def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
                    tv=float(tv[land].mean()) if land.any() else float("nan"),
                    label_hist=np.bincount(buf_y[:buf_n], minlength=K))
     return out
+
+
+
+def lambda_returns(rews: np.ndarray, boot: np.ndarray, done: np.ndarray, gamma: float, lam: float) -> np.ndarray:
+    """Q(λ) targets of a rollout, backwards: G_t = r_t + γ((1 − λ) b_t + λ G_{t+1}), where b_t = max_a Q(s_{t+1}, a)
+    (0 after a terminal step). An episode end (``done``) or the rollout's last step bootstraps on b_t alone.
+    Shapes (T, E)."""
+    T = len(rews)
+    G = np.zeros_like(boot, dtype=float)
+    nxt_G = boot[-1]
+    for t in range(T - 1, -1, -1):
+        cont = boot[t] if t == T - 1 else np.where(done[t], boot[t], lam * nxt_G + (1 - lam) * boot[t])
+        G[t] = rews[t] + gamma * cont
+        nxt_G = G[t]
+    return G
 
 
 def run(config: Config, progress=None) -> Result:

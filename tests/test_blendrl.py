@@ -420,3 +420,24 @@ def test_gate_statistics_use_the_documented_distance_bands():
     assert edge_far["beta_far"] > 0 and edge_far["beta_near"] == 0.0
     middle = ev(lambda d: (d > 2) & (d <= 4))        # in neither band
     assert middle["beta_near"] == 0.0 and middle["beta_far"] == 0.0 and middle["neural_share"] > 0
+
+
+def test_gae_is_the_discounted_sum_of_td_errors_inside_each_episode():
+    """GAE against its definition: A_t = Σ_l (γλ)^l δ_{t+l}, summed up to the first episode end at or after t (or the
+    rollout's end), with δ_k = r_k + γ V_{k+1} (1 − d_k) − V_k and V after the rollout = last_v."""
+    g = torch.Generator().manual_seed(0)
+    T, n, gamma, lam = 6, 3, 0.99, 0.95
+    rews = [torch.randn(n, generator=g) for _ in range(T)]
+    vals = [torch.randn(n, generator=g) for _ in range(T)]
+    last_v = torch.randn(n, generator=g)
+    d = torch.zeros(T, n)
+    d[1, 0] = d[3, 1] = d[4, 1] = 1.0
+    adv = eng.gae_advantages(rews, vals, last_v, list(d), gamma, lam)
+    V = torch.stack(vals + [last_v]).double()
+    R = torch.stack(rews).double()
+    for e in range(n):
+        delta = [float(R[k, e] + gamma * V[k + 1, e] * (1 - d[k, e]) - V[k, e]) for k in range(T)]
+        for t in range(T):
+            end = next((k for k in range(t, T) if d[k, e] == 1), T - 1)
+            want = sum((gamma * lam) ** (k - t) * delta[k] for k in range(t, end + 1))
+            assert float(adv[t, e]) == pytest.approx(want, rel=1e-5, abs=1e-5), (t, e)

@@ -431,3 +431,22 @@ def test_greedy_success_matches_the_exact_probability(monkeypatch):
         assert 0.2 < p < 0.9                        # a case where the check has power
         se = np.sqrt(p * (1 - p) / eng.EVAL_EPISODES)
         assert abs(r["eval_success"] - p) < 4 * se, (cfg.grid, r["eval_success"], p)
+
+
+def test_lambda_returns_are_the_weighted_n_step_returns():
+    """Q(λ) targets against their definition: (1 − λ) Σ_n λ^(n−1) G⁽ⁿ⁾ over the n-step returns that stay inside the
+    episode and the rollout, the longest one taking the remaining weight λ^(N−1); G⁽ⁿ⁾ = Σ_k<n γ^k r + γ^n b."""
+    rng = np.random.default_rng(0)
+    T, E, gamma, lam = 7, 4, 0.9, 0.7
+    rews, boot = rng.normal(size=(T, E)), rng.normal(size=(T, E))
+    done = np.zeros((T, E), dtype=bool)
+    done[2, 1] = done[0, 2] = done[4, 2] = done[T - 1, 3] = True
+    G = eng.lambda_returns(rews, boot, done, gamma, lam)
+    for e in range(E):
+        for t in range(T):
+            end = next((k for k in range(t, T) if done[k, e]), T - 1)
+            N = end - t + 1
+            nstep = [sum(gamma**k * rews[t + k, e] for k in range(n)) + gamma**n * boot[t + n - 1, e]
+                     for n in range(1, N + 1)]
+            want = (1 - lam) * sum(lam ** (n - 1) * nstep[n - 1] for n in range(1, N)) + lam ** (N - 1) * nstep[-1]
+            assert G[t, e] == pytest.approx(want, rel=1e-12, abs=1e-12), (t, e)
