@@ -295,3 +295,29 @@ def test_caveat_quotes_the_shipped_bch_record():
     _, info = eng.load_model("bch")
     assert round(float(info["ber_model"]), 4) == 0.0083 and round(float(info["ber_bp10"]), 4) == 0.0080
     assert int(info["layers"]) == 4 and int(info["steps"]) == 40_000
+
+
+@pytest.mark.parametrize("name", eng.CODES)
+def test_channel_raw_ber_matches_the_bpsk_closed_form(name):
+    """Eb/N0 in dB sets the noise: a BPSK hard decision errs with probability Q(sqrt(2 R Eb/N0)) (linear Eb/N0)."""
+    from scipy.stats import norm
+
+    code = eng.get_code(name)
+    for ebn0 in (2.0, 4.0, 6.0):
+        c, y, _ = eng.transmit(code, 30000, ebn0, np.random.default_rng(11))
+        p = norm.sf(math.sqrt(2 * code.rate * 10 ** (ebn0 / 10)))
+        ber = (eng.decode_hard(y) != c).mean()
+        se = math.sqrt(p * (1 - p) / c.size)
+        assert abs(ber - p) < 5 * se + 1e-4, (name, ebn0, ber, p)
+
+
+def test_map_flip_probabilities_are_those_of_the_hard_decision(default_result):
+    """soft_map is P(hard-decided bit is wrong | y): above 1/2 where MAP overrules the hard decision (which
+    happens at 4 dB), and on average the raw BPSK error rate Q(sqrt(2 R Eb/N0)) of Hamming(7,4)."""
+    from scipy.stats import norm
+
+    p = default_result.soft_map
+    assert p.min() >= 0 and p.max() <= 1
+    assert p.max() > 0.5
+    raw = norm.sf(math.sqrt(2 * (4 / 7) * 10 ** (eng.CLAIM_EBN0 / 10)))
+    assert abs(p.mean() - raw) < 0.02, (p.mean(), raw)

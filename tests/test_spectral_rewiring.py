@@ -317,3 +317,23 @@ def test_greedy_never_isolates_a_node_on_a_sparse_graph():
         B = G.apply_edits(A, added, removed)
         assert B.toarray().sum(1).min() >= 1
         assert len({tuple(e) for e in removed.tolist()}) == len(removed)
+
+
+def test_sbm_connects_isolated_nodes_inside_their_own_block():
+    """With no random edges at all, every node gets exactly the one rescue edge, to a member of its own block."""
+    A, blocks = G.sbm_adjacency([4, 5, 6], 0.0, 0.0, np.random.default_rng(0))
+    assert np.all(G.degrees(A) >= 1)
+    for u, v in G.edge_list(A):
+        assert blocks[u] == blocks[v], (u, v)
+
+
+@pytest.mark.parametrize("noise", [0.3, 2.0])
+def test_class_features_have_orthonormal_means_and_the_requested_noise(noise):
+    """x_i - mu_{y_i} is isotropic Gaussian with standard deviation ``noise``; the class means are orthonormal."""
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 3, 3000)
+    X, means = G.class_features(labels, 3, 16, noise, rng)
+    np.testing.assert_allclose(means @ means.T, np.eye(3), atol=1e-12)
+    resid = X - means[labels]
+    assert resid.std() == pytest.approx(noise, rel=0.02)
+    assert abs(resid.mean()) < 0.05 * noise
