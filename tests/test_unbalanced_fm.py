@@ -46,14 +46,18 @@ def test_ncx2_cdf_matches_scipy():
     assert np.all(ours[0] == 0.0) and np.all(ours[-1] == 1.0)
 
 
-def test_closed_form_against_brute_force_monte_carlo():
-    """Plain numpy: sample independent pairs, count ||x1 - x0|| <= tau, histogram target labels."""
+def _independent_pairs(seed: int, n: int = 400_000):
+    """Plain numpy: n independent (source, target) pairs, their mode labels and their lengths ||x1 − x0||."""
     mu0, mu1, w0, w1 = _params()
-    rng = np.random.default_rng(7)
-    n = 400_000
-    x0, _ = eng.sample_mixture(rng, n, mu0, w0, eng.SIGMA0)
+    rng = np.random.default_rng(seed)
+    x0, l0 = eng.sample_mixture(rng, n, mu0, w0, eng.SIGMA0)
     x1, l1 = eng.sample_mixture(rng, n, mu1, w1, 0.05)
-    d = np.linalg.norm(x1 - x0, axis=1)
+    return (mu0, mu1, w0, w1), l0, l1, np.linalg.norm(x1 - x0, axis=1)
+
+
+def test_closed_form_against_brute_force_monte_carlo():
+    """Sample independent pairs, count ||x1 - x0|| <= tau, histogram target labels."""
+    (mu0, mu1, w0, w1), _, l1, d = _independent_pairs(7)
     for tau in (0.4, 1.5, 2.5):
         keep = d <= tau
         q1 = np.bincount(l1[keep], minlength=4) / keep.sum()
@@ -263,12 +267,7 @@ def test_training_inputs_are_the_straight_line_interpolation_and_targets_the_pai
 def test_closed_form_source_marginal_against_brute_force_monte_carlo():
     """q0 (the kept pairs' source mode weights) and TV(q0, p0) against plain numpy: sample independent pairs, keep
     ||x1 − x0|| <= τ, histogram the *source* labels. At τ >= 2 neighbouring modes pair up and q0 differs from q1."""
-    mu0, mu1, w0, w1 = _params()
-    rng = np.random.default_rng(8)
-    n = 400_000
-    x0, l0 = eng.sample_mixture(rng, n, mu0, w0, eng.SIGMA0)
-    x1, l1 = eng.sample_mixture(rng, n, mu1, w1, 0.05)
-    d = np.linalg.norm(x1 - x0, axis=1)
+    (mu0, mu1, w0, w1), l0, _, d = _independent_pairs(8)
     for tau in (0.4, 2.0, 2.5, 3.0):
         keep = d <= tau
         q0 = np.bincount(l0[keep], minlength=4) / keep.sum()
