@@ -338,6 +338,24 @@ def gae_advantages(rews: list, vals: list, last_v, dones: list, gamma: float, la
     return adv
 
 
+def ppo_loss(p, v, b, a, lp_old, adv, ret, blend_ent: float):
+    """PPO minibatch loss of the blended agent, to be minimised.
+
+    p (n, A) mixture action probabilities, v (n,) mixture values, b (n, 2) blending weights (β_n, β_l), a (n,)
+    actions taken, lp_old (n,) their log-probabilities at collection time, adv / ret (n,) GAE advantages and
+    returns. Clipped surrogate (ε = 0.2, advantages standardised in the minibatch) + 0.5 · value loss − 0.01 ·
+    entropy of π − blend_ent · entropy of (β_n, β_l): both entropies are bonuses, so minimising the loss pushes the
+    blending weights towards 50/50 and keeps the blender from collapsing onto one side early."""
+    lp = torch.log(p.gather(1, a[:, None])[:, 0] + 1e-8)
+    A = (adv - adv.mean()) / (adv.std() + 1e-8)
+    ratio = torch.exp(lp - lp_old)
+    pg = -torch.min(ratio * A, ratio.clamp(0.8, 1.2) * A).mean()
+    vf = 0.5 * ((v - ret) ** 2).mean()
+    ent = -(p * torch.log(p + 1e-8)).sum(1).mean()
+    bent = -(b * torch.log(b + 1e-8)).sum(1).mean()
+    return pg + 0.5 * vf - 0.01 * ent - blend_ent * bent
+
+
 def train_agent(kind: str, steps: int, seed: int, blend_ent: float = 0.01, n_envs: int = 32, horizon: int = 64,
                 lr: float = 1e-3, progress=None, log_every: int = 4096, random_start: float = RANDOM_START):
     """PPO (clip .2, gamma .99, GAE .95, vf .5, ent .01, blend-ent, grad clip .5, 4 epochs x 4 minibatches)."""
@@ -383,15 +401,7 @@ def train_agent(kind: str, steps: int, seed: int, blend_ent: float = 0.01, n_env
             perm = torch.randperm(N, generator=gen)
             for mb in perm.view(4, -1):
                 p, v, b = agent(B["img"][mb], B["z"][mb])
-                lp = torch.log(p.gather(1, B["a"][mb][:, None])[:, 0] + 1e-8)
-                A = B["adv"][mb]
-                A = (A - A.mean()) / (A.std() + 1e-8)
-                ratio = torch.exp(lp - B["lp"][mb])
-                pg = -torch.min(ratio * A, ratio.clamp(0.8, 1.2) * A).mean()
-                vf = 0.5 * ((v - B["ret"][mb]) ** 2).mean()
-                ent = -(p * torch.log(p + 1e-8)).sum(1).mean()
-                bent = -(b * torch.log(b + 1e-8)).sum(1).mean()
-                loss = pg + 0.5 * vf - 0.01 * ent - blend_ent * bent
+                loss = ppo_loss(p, v, b, B["a"][mb], B["lp"][mb], B["adv"][mb], B["ret"][mb], blend_ent)
                 opt.zero_grad()
                 loss.backward()
                 tnn.utils.clip_grad_norm_(agent.parameters(), 0.5)

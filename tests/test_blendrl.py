@@ -1,5 +1,7 @@
 """BlendRL: claims on the shipped checkpoints, and independent checks of the logic, mixture and game."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -441,3 +443,74 @@ def test_gae_is_the_discounted_sum_of_td_errors_inside_each_episode():
             end = next((k for k in range(t, T) if d[k, e] == 1), T - 1)
             want = sum((gamma * lam) ** (k - t) * delta[k] for k in range(t, end + 1))
             assert float(adv[t, e]) == pytest.approx(want, rel=1e-5, abs=1e-5), (t, e)
+
+
+def _hand_ppo_loss(p, v, b, a, lp_old, adv, ret, blend_ent):
+    """The PPO loss of the spec written out in plain Python floats, one sample at a time."""
+    n = len(a)
+    mu = sum(adv) / n
+    sd = math.sqrt(sum((x - mu) ** 2 for x in adv) / (n - 1))          # torch's std: unbiased
+    pg = vf = ent = bent = 0.0
+    for i in range(n):
+        A = (adv[i] - mu) / (sd + 1e-8)
+        ratio = math.exp(math.log(p[i][a[i]] + 1e-8) - lp_old[i])
+        pg += -min(ratio * A, min(max(ratio, 0.8), 1.2) * A) / n
+        vf += 0.5 * (v[i] - ret[i]) ** 2 / n
+        ent += -sum(x * math.log(x + 1e-8) for x in p[i]) / n
+        bent += -sum(x * math.log(x + 1e-8) for x in b[i]) / n
+    return pg + 0.5 * vf - 0.01 * ent - blend_ent * bent, bent
+
+
+def test_blend_entropy_is_a_bonus_that_pulls_the_gate_towards_even(monkeypatch):
+    """ppo_loss on three hand-built samples: its value is the spec's PPO loss written out by hand, the blend-entropy
+    term enters with a minus sign (a bonus: the loss falls by blend_ent · H(β)), and its gradient on the gate's
+    logits is the closed form of −c·H(softmax(z)), so a descent step moves a lopsided gate towards 50/50. Training
+    hands the page's coefficient and the agent's own β to that loss."""
+    p = [[0.5, 0.2, 0.1, 0.1, 0.1], [0.05, 0.05, 0.6, 0.2, 0.1], [0.2, 0.2, 0.2, 0.2, 0.2]]
+    a = [0, 2, 4]
+    lp_old = [math.log(0.3), math.log(0.65), math.log(0.2)]    # ratios 1.67 (clipped), 0.92, 1.0
+    adv, ret, v = [1.0, -0.5, 0.2], [0.3, 1.0, -0.2], [0.1, 0.4, 0.0]
+    b = [[0.9, 0.1], [0.3, 0.7], [0.5, 0.5]]
+    T = torch.tensor
+    args = (T(p), T(v), T(b), T(a), T(lp_old), T(adv), T(ret))
+    for c in (0.0, 0.01, 0.1):
+        want, H = _hand_ppo_loss(p, v, b, a, lp_old, adv, ret, c)
+        assert float(eng.ppo_loss(*args, c)) == pytest.approx(want, abs=1e-6)
+    # the entropy term alone: the loss drops by c · mean H(β) (H > 0 here), never rises
+    assert H == pytest.approx(np.mean([-(x * math.log(x) + (1 - x) * math.log(1 - x)) for x in (0.9, 0.3, 0.5)]))
+    drop = float(eng.ppo_loss(*args, 0.0) - eng.ppo_loss(*args, 0.1))
+    assert drop == pytest.approx(0.1 * H, rel=1e-5) and drop > 0
+
+    # gradient on the gate: with p, v fixed, ∂L/∂z for β = softmax(z) is c·d·s(1−s)·(+1, −1) per sample (/n),
+    # d = z_n − z_l, s = σ(d): positive on the favoured side, so gradient descent evens the gate out
+    c = 0.1
+    z = T([[2.0, -1.0], [-0.5, 0.5], [0.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    beta = torch.softmax(z, -1)
+    loss = eng.ppo_loss(*(x.double() if x.is_floating_point() else x for x in args[:2]), beta,
+                        *(x.double() if x.is_floating_point() else x for x in args[3:]), c)
+    (gz,) = torch.autograd.grad(loss, z)
+    d = (z[:, 0] - z[:, 1]).detach()
+    s = torch.sigmoid(d)
+    want = (c * d * s * (1 - s) / 3)[:, None] * T([1.0, -1.0], dtype=torch.float64)
+    torch.testing.assert_close(gz, want, atol=1e-8, rtol=1e-6)
+
+    def gate_entropy(zz):
+        q = torch.softmax(zz, -1)
+        return -(q * q.log()).sum(1)
+
+    stepped = (z - 0.5 * gz).detach()
+    assert bool((gate_entropy(stepped)[:2] > gate_entropy(z.detach())[:2]).all())
+
+    # train_agent feeds the coefficient it is given and the agent's β (rows summing to one) into this loss
+    seen, real = [], eng.ppo_loss
+
+    def spy(p_, v_, b_, *rest):
+        seen.append((b_.detach().clone(), rest[-1]))
+        return real(p_, v_, b_, *rest)
+
+    monkeypatch.setattr(eng, "ppo_loss", spy)
+    eng.train_agent("blend_mlp", 64, seed=0, blend_ent=0.07, n_envs=4, horizon=16)
+    assert len(seen) == 4 * 4 and all(ce == 0.07 for _, ce in seen)
+    bb = torch.cat([x for x, _ in seen])
+    torch.testing.assert_close(bb.sum(1), torch.ones(len(bb)))
+    assert float(bb.std(0).max()) > 0      # a state-dependent gate, not a constant stand-in

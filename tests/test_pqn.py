@@ -238,3 +238,84 @@ def test_truncation_bootstraps_and_hands_back_the_true_next_state():
     assert bool(done.all()) and not bool(term.any())
     np.testing.assert_allclose(nxt.numpy(), eng.CartPole.dynamics(before, a.double()).float().numpy(), atol=1e-6)
     assert not torch.allclose(env.state.float(), nxt) and bool((env.t == 0).all())
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op torch thread for the test, as run() sets before Part B (small matmuls on a busy 2-core box
+    are many times slower with more); the previous setting is restored afterwards."""
+    from engine.core.nn import set_cpu_threads
+
+    before = torch.get_num_threads()
+    set_cpu_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_dqn_bootstraps_from_a_frozen_copy_synced_every_100_steps(monkeypatch, one_torch_thread):
+    """DQN baseline, its target network observed from outside: both Q-networks are built with forward hooks and
+    the Huber loss is intercepted. At the update of env step i the bootstrap network must hold exactly the online
+    weights from the end of step s = 100·⌊(i−1)/100⌋ (the last sync; steps 0, 100, 200, … sync after their
+    update), stay frozen in between while the online net moves, and the regression target must be
+    0.1 + 0.99·max_a Q_frozen(s', a) (just 0.1 when s' is past CartPole's limits), with Q_frozen recomputed here
+    from those weights in a fresh network."""
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+    events, nets = [], []
+    real_qnet = eng._qnet
+
+    def qnet_spy(hidden, layernorm):
+        net = real_qnet(hidden, layernorm)
+        role = ("online", "target")[len(nets)]
+        nets.append(net)
+
+        def hook(m, inp, out):
+            events.append((role, inp[0].detach().clone(), out.detach().clone(),
+                           parameters_to_vector(m.parameters()).detach().clone()))
+
+        net.register_forward_hook(hook)
+        return net
+
+    def loss_spy(qa, y, *a, **k):
+        events.append(("loss", qa.detach().clone(), y.detach().clone(), None))
+        return real_loss(qa, y, *a, **k)
+
+    real_loss = torch.nn.functional.smooth_l1_loss
+    monkeypatch.setattr(eng, "_qnet", qnet_spy)
+    monkeypatch.setattr(torch.nn.functional, "smooth_l1_loss", loss_spy)
+    E, steps = 8, 250
+    eng.train_dqn(eng.Config(run_pqn=True, env_steps=E * steps), seed=4)
+    monkeypatch.undo()
+
+    # split the record into env steps: each starts with the online net acting on the 8 envs
+    start, per_step, i = {}, {}, -1
+    for role, x, out, w in events:
+        if role == "online" and x.shape[0] == E:
+            i += 1
+            start[i] = w                                     # online weights when step i begins
+            per_step[i] = []
+        elif i >= 0 and not (role == "online" and x.shape[0] == 16):      # 16 envs: the greedy evaluation after
+            per_step[i].append((role, x, out, w))
+    assert i == steps - 1
+    fresh = real_qnet(128, False)
+    updates = [j for j in range(steps) if per_step[j]]
+    assert updates == list(range(updates[0], steps)) and 50 < updates[0] < 100   # from 500 stored transitions
+    frozen_ids, moved = set(), 0
+    for j in updates:
+        roles = [e[0] for e in per_step[j]]
+        assert sorted(roles) == ["loss", "online", "target"], (j, roles)
+        (_, n, q_tgt, w_tgt), = [e for e in per_step[j] if e[0] == "target"]
+        (_, _, y, _), = [e for e in per_step[j] if e[0] == "loss"]
+        s = 100 * ((j - 1) // 100)
+        assert torch.equal(w_tgt, start[s + 1]), f"step {j}: target weights are not those synced after step {s}"
+        frozen_ids.add(s)
+        if not torch.equal(start[j], start[s + 1]):
+            moved += 1                                       # the online net has moved on since the sync
+        with torch.no_grad():
+            vector_to_parameters(start[s + 1], fresh.parameters())
+            q_ref = fresh(n)
+        torch.testing.assert_close(q_tgt, q_ref)
+        term = (n[:, 0].abs() > eng.CartPole.x_lim) | (n[:, 2].abs() > eng.CartPole.theta_lim)
+        want = 0.1 + 0.99 * (~term).float() * q_ref.max(-1).values
+        torch.testing.assert_close(y, want)
+    assert frozen_ids == {0, 100, 200} and moved > 150

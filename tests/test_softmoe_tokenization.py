@@ -519,3 +519,69 @@ def test_expert_usage_is_the_combine_mass_on_each_expert(default_result):
             want = [C[:, :, j, :].sum(-1).mean() for j in range(4)]
             np.testing.assert_allclose(mk["mass"][s], want, atol=1e-5)
             assert mk["mass"][s].sum() == pytest.approx(1.0, abs=1e-5)
+
+
+def _decode_catch(frames):
+    """(ball row, ball column, paddle column) of each Catch frame (channel 0 the ball, channel 1 the paddle)."""
+    n = frames.shape[0]
+    assert torch.equal(frames.flatten(2).sum(2), torch.ones(n, 2))            # one ball and one paddle pixel
+    ball = frames[:, 0].flatten(1).argmax(1)
+    cols = frames.shape[-1]
+    assert torch.equal(frames[:, 1, -1].sum(1), torch.ones(n))               # the paddle sits on the bottom row
+    return ball // cols, ball % cols, frames[:, 1, -1].argmax(1)
+
+
+def test_online_rl_bootstraps_on_the_frame_after_each_action(monkeypatch):
+    """The RL learner's bootstrap values come from the frame its action led to, not the frame it acted on. The
+    Q-network's inputs are recorded: the frames it acted on in a rollout (O) and the batch it evaluates for
+    max_a Q (ON). Decoding the pixels, ON[t] must be O[t]'s successor in Catch (ball one row lower in the same
+    column, paddle at most one column away), its reward and end flag must follow from ON[t] (±1 on the last row,
+    + iff the paddle is under the ball), a game that goes on must start the next step from ON[t], and the q_next
+    handed to lambda_returns must be max_a Q(ON[t])."""
+    import copy
+
+    from engine import pqn
+
+    cols, E, T = 5, eng.RL_ENVS, eng.RL_ROLLOUT
+    calls, live, rollouts = [], {"on": True}, []
+    real_build, real_lr = eng.build, pqn.lambda_returns
+
+    def build_spy(*a, **k):
+        net = real_build(*a, **k)
+        net.register_forward_hook(lambda _m, inp, _out: calls.append(inp[0].clone()) if live["on"] else None)
+        live["net"] = net
+        return net
+
+    def lr_spy(r, term, done, q_next, gamma, lam):
+        O, ON = calls[-T - 1:-1], calls[-1]
+        live["on"] = False
+        with torch.no_grad():                  # a copy of the net as it is now, outside the engine's loop
+            ref = copy.deepcopy(live["net"])(ON).max(1).values.reshape(T, E)
+        live["on"] = True
+        rollouts.append(dict(O=torch.stack(O), ON=ON.reshape(T, E, *ON.shape[1:]), r=r.clone(), done=done.clone(),
+                             term=term.clone(), q_next=q_next.clone(), ref=ref))
+        return real_lr(r, term, done, q_next, gamma, lam)
+
+    monkeypatch.setattr(eng, "build", build_spy)
+    monkeypatch.setattr(pqn, "lambda_returns", lr_spy)
+    eng.train_head_rl("dense", cols, E * T * 8, seed=1, evals=2)
+    assert len(rollouts) == 8
+    ended = 0
+    for ro in rollouts:
+        assert ro["O"].shape == ro["ON"].shape == (T, E, 2, eng.ROWS, cols)
+        for t in range(T):
+            row, ball, pad = _decode_catch(ro["O"][t])
+            row2, ball2, pad2 = _decode_catch(ro["ON"][t])
+            assert torch.equal(row2, row + 1) and torch.equal(ball2, ball)
+            assert bool(((pad2 - pad).abs() <= 1).all())
+            end = row2 == eng.ROWS - 1
+            assert torch.equal(ro["done"][t].bool(), end) and torch.equal(ro["term"][t].bool(), end)
+            want_r = torch.where(end, torch.where(pad2 == ball2, 1.0, -1.0), 0.0)
+            assert torch.equal(ro["r"][t], want_r)
+            ended += int(end.sum())
+            if t + 1 < T:                      # games that go on are played from the frame the action led to
+                go = ~end
+                assert torch.equal(ro["O"][t + 1][go], ro["ON"][t][go])
+                assert bool((_decode_catch(ro["O"][t + 1][end])[0] == 0).all())    # finished ones restart on top
+        torch.testing.assert_close(ro["q_next"], ro["ref"], rtol=0, atol=1e-6)
+    assert ended > 0                           # the end-of-game branch was exercised
