@@ -71,6 +71,11 @@ def test_zoomed_heatmap_equals_softmax_of_returned_qk(res):
 
 def _numpy_forward(attn: str, step: int, ids: np.ndarray) -> np.ndarray:
     """Re-implementation of the decoder in numpy, straight from the checkpoint's weights."""
+    return _numpy_forward_full(attn, step, ids)[0]
+
+
+def _numpy_forward_full(attn: str, step: int, ids: np.ndarray):
+    """The numpy decoder above, also returning each layer's q, k, v: four arrays (L, H, T, ...)."""
     blob = load_state(eng.checkpoint_path(attn, step))
     W = {k: v.float().numpy().astype(np.float64) for k, v in blob["state"].items()}
     arch = blob["extra"]["arch"]
@@ -87,7 +92,7 @@ def _numpy_forward(attn: str, step: int, ids: np.ndarray) -> np.ndarray:
         return x @ W[p + ".weight"].T + W[p + ".bias"]
 
     x = W["tok.weight"][ids] + W["pos.weight"][:T]
-    maps = []
+    maps, qs, ks, vs = [], [], [], []
     for la in range(arch["n_layers"]):
         b = f"blocks.{la}"
         qkv = lin(ln(x, b + ".ln1"), b + ".qkv")
@@ -101,12 +106,15 @@ def _numpy_forward(attn: str, step: int, ids: np.ndarray) -> np.ndarray:
         else:
             a = mask / (1 + np.exp(-(s + W[b + ".sig_bias"][:, None, None])))
         maps.append(a)
+        qs.append(q)
+        ks.append(k)
+        vs.append(v)
         o = (a @ v).transpose(1, 0, 2).reshape(T, d)
         x = x + lin(o, b + ".proj")
         hdn = lin(ln(x, b + ".ln2"), b + ".mlp.0")
         hdn = 0.5 * hdn * (1 + erf(hdn / math.sqrt(2)))
         x = x + lin(hdn, b + ".mlp.2")
-    return np.stack(maps)
+    return np.stack(maps), np.stack(qs), np.stack(ks), np.stack(vs)
 
 
 def test_heatmaps_equal_numpy_recomputation_from_checkpoint(res):
@@ -328,3 +336,236 @@ def test_live_training_loss_never_beats_the_entropy_rate():
     assert np.isfinite(out.loss).all()
     assert out.loss[-10:].mean() > bound - 0.05, (out.loss[-10:].mean(), bound)
     assert out.loss.min() > bound - 0.1
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-head numbers, curves and headline metrics recomputed outside the engine
+# ----------------------------------------------------------------------------------------------
+
+def _held_out(cfg) -> np.ndarray:
+    """The page's held-out sequences (the engine draws them from seed 500 + the page's seed)."""
+    return eng.sample_sequences(cfg.n_eval, eng.SHIPPED_ARCH.ctx, np.random.default_rng(500 + cfg.seed))
+
+
+def _numpy_alpha(attn: str, step: int, seqs: np.ndarray, normalise: bool = False) -> np.ndarray:
+    """alpha[l, h]: the weight on token 1, averaged over every query and sequence, from the numpy decoder."""
+    maps = np.stack([_numpy_forward(attn, step, s) for s in seqs])  # (B, L, H, T, T)
+    if normalise:
+        maps = maps / maps.sum(-1, keepdims=True)
+    return maps[..., 0].mean(axis=(0, 3))
+
+
+@pytest.fixture(scope="module")
+def small_eval():
+    # eps = 0.2: the step-250 snapshot already has a sink head while step 0 has none, so the two ends differ
+    cfg = eng.Config(n_eval=8, eps=0.2)
+    return cfg, eng.run(cfg)
+
+
+def test_head_alphas_curves_and_sink_scores_match_numpy(small_eval):
+    """Every per-head alpha on the page (trained softmax, raw and row-normalised sigmoid, untrained softmax), every
+    point of the two training curves (sink score and mean alpha per snapshot) and the headline sink scores, from the
+    numpy decoder run on each checkpoint over the page's n_eval held-out sequences, with the sink score counted by
+    hand as the share of heads above eps."""
+    cfg, r = small_eval
+    seqs = _held_out(cfg)
+    for attn, snaps, curve, curve_alpha in (("softmax", eng.SOFTMAX_SNAPS, r.curve_softmax, r.curve_alpha_softmax),
+                                            ("sigmoid", eng.SIGMOID_SNAPS, r.curve_sigmoid, r.curve_alpha_sigmoid)):
+        alphas = [_numpy_alpha(attn, s, seqs) for s in snaps]
+        np.testing.assert_array_equal(getattr(r, f"curve_steps_{attn}"), snaps)
+        np.testing.assert_allclose(curve_alpha, [a.mean() for a in alphas], atol=1e-5)
+        np.testing.assert_array_equal(curve, [np.count_nonzero(a > cfg.eps) / a.size for a in alphas])
+        np.testing.assert_allclose(getattr(r, f"alpha_{attn}"), alphas[-1], atol=1e-5)
+        if attn == "softmax":
+            np.testing.assert_allclose(r.alpha_untrained, alphas[0], atol=1e-5)
+            untrained = alphas[0]
+    norm = _numpy_alpha("sigmoid", eng.SIGMOID_SNAPS[-1], seqs, normalise=True)
+    np.testing.assert_allclose(r.alpha_sigmoid_norm, norm, atol=1e-5)
+    m = r.metrics
+
+    def share(a):
+        return np.count_nonzero(a > cfg.eps) / a.size
+
+    assert m["sink_softmax"] == share(r.alpha_softmax) == r.curve_softmax[-1]
+    assert m["sink_sigmoid"] == share(r.alpha_sigmoid)
+    assert m["sink_sigmoid_norm"] == share(norm)
+    assert m["sink_untrained"] == share(untrained) == m["sink_first_snapshot"] == r.curve_softmax[0]
+    assert r.curve_softmax[1] > r.curve_softmax[0]              # the first snapshot is not interchangeable
+    assert m["sink_rise"] == pytest.approx(r.curve_softmax[-1] - r.curve_softmax[0])
+    assert m["n_sink_heads"] == np.count_nonzero(r.alpha_softmax > cfg.eps)
+
+
+def test_sink_head_key_value_summary_matches_numpy(small_eval):
+    """The caption under the key-bias plots: over the softmax sink heads, the median of |v_1| / mean |v_j| and of the
+    cosine gap cos(q, k_1) − cos(q, k_j) (j between 2 and the query, exclusive), from numpy q, k, v."""
+    cfg, r = small_eval
+    seqs = _held_out(cfg)
+    outs = [_numpy_forward_full("softmax", eng.SOFTMAX_SNAPS[-1], s) for s in seqs]
+    q, k, v = (np.stack([o[i] for o in outs]) for i in (1, 2, 3))  # (B, L, H, T, dh)
+    B, L, H, T, _ = q.shape
+    sink = r.alpha_softmax > cfg.eps
+    assert sink.any()
+    ratios, gaps = [], []
+    for la in range(L):
+        for h in range(H):
+            if not sink[la, h]:
+                continue
+            vn = np.linalg.norm(v[:, la, h], axis=-1)  # (B, T)
+            ratios.append(vn[:, 0].mean() / vn[:, 1:].mean())
+            cf, co = [], []
+            for b in range(B):
+                qq = q[b, la, h] / np.linalg.norm(q[b, la, h], axis=-1, keepdims=True)
+                kk = k[b, la, h] / np.linalg.norm(k[b, la, h], axis=-1, keepdims=True)
+                for t in range(1, T):
+                    cf.append(qq[t] @ kk[0])
+                    co.extend(qq[t] @ kk[j] for j in range(1, t))
+            gaps.append(np.mean(cf) - np.mean(co))
+    assert r.metrics["v_ratio_sink_heads"] == pytest.approx(np.median(ratios), rel=1e-3)
+    assert r.metrics["cos_gap_sink_heads"] == pytest.approx(np.median(gaps), rel=1e-3, abs=1e-4)
+    assert r.metrics["v_ratio_sink_heads"] < 1.0 and r.metrics["cos_gap_sink_heads"] > 0.0  # the paper's key bias
+
+
+def test_untrained_checkpoints_attend_uniformly(small_eval):
+    """The step-0 checkpoints have near-zero logits: softmax attention is uniform over the causal window, so alpha is
+    H_T / T (closed form); raw sigmoid scores are sigmoid(-log ctx) = 1 / (ctx + 1) on every key."""
+    _, r = small_eval
+    T = eng.SHIPPED_ARCH.ctx
+    h_t = sum(1.0 / t for t in range(1, T + 1)) / T
+    np.testing.assert_allclose(r.alpha_untrained, h_t, atol=2e-3)
+    assert r.curve_alpha_sigmoid[0] == pytest.approx(1.0 / (T + 1), rel=0.02)
+
+
+def test_zoom_follows_the_chosen_head():
+    """Zoom on head 2 (layer 1), then on layer 2 head 1 of the one-layer model (the layer is clipped to 1); the
+    returned q, k are the zoomed head's (numpy decoder)."""
+    assert eng.run(eng.Config(zoom_layer=2, zoom_head=1)).zoom == (0, 0)
+    r = eng.run(eng.Config(zoom_layer=1, zoom_head=2))
+    assert r.zoom == (0, 1)
+    ids = np.array([eng.STOI[c] if c != "⟨s⟩" else eng.BOS for c in r.tokens])
+    _, q, k, _ = _numpy_forward_full("softmax", eng.SOFTMAX_SNAPS[-1], ids)
+    np.testing.assert_allclose(r.q_softmax, q[0, 1], atol=2e-4)
+    np.testing.assert_allclose(r.k_softmax, k[0, 1], atol=2e-4)
+
+
+def test_received_attention_and_excess_match_numpy_before_and_after_the_change():
+    """With 'a' put before ⟨s⟩, the 'as typed' curve is the original sequence's and the 'after the change' curve the
+    longer one's: attention received per key (mean over layers, heads, queries) from the numpy decoder, minus the
+    uniform causal baseline (1/T) sum_{t >= j} 1/t built by a loop; the reported positions are the arg-maxes."""
+    r = eng.run(eng.Config(first_token="prepend"))
+
+    def ids_of(tokens):
+        return np.array([eng.STOI[c] if c != "⟨s⟩" else eng.BOS for c in tokens])
+
+    for tokens, recv, excess, key in ((r.tokens_orig, r.recv_orig, r.excess_orig, "orig"),
+                                      (r.tokens, r.recv_mod, r.excess_mod, "mod")):
+        maps = _numpy_forward("softmax", eng.SOFTMAX_SNAPS[-1], ids_of(tokens))  # (L, H, T, T)
+        T = len(tokens)
+        ref = maps.mean(axis=(0, 1, 2))
+        np.testing.assert_allclose(recv, ref, atol=1e-5)
+        base = np.array([sum(1.0 / t for t in range(j, T + 1)) / T for j in range(1, T + 1)])
+        np.testing.assert_allclose(excess, ref - base, atol=1e-5)
+        assert r.metrics[f"sink_position_{key}"] == int(np.argmax(ref - base)) + 1
+        assert r.metrics[f"sink_excess_{key}"] == pytest.approx(float(np.max(ref - base)), abs=1e-5)
+    assert len(r.recv_orig) == len(r.tokens_orig) == len(r.tokens) - 1
+
+
+def test_dormant_headline_numbers_follow_the_per_head_table(res):
+    """The claim detail and the page read: the largest first-token attention at non-trigger queries, the SAME head's
+    first-token attention at trigger queries, and the sigmoid row totals at non-trigger vs trigger queries."""
+    ds, dg = res.dormant["softmax"], res.dormant["sigmoid"]
+    m = res.metrics
+    head = np.unravel_index(np.argmax(ds["first_other"]), ds["first_other"].shape)
+    assert m["first_at_other_softmax"] == pytest.approx(float(ds["first_other"][head]))
+    assert m["first_at_trigger_softmax"] == pytest.approx(float(ds["first_trigger"][head]))
+    assert m["sigmoid_mass_other"] == pytest.approx(float(dg["mass_other"].mean()))
+    assert m["sigmoid_mass_trigger"] == pytest.approx(float(dg["mass_trigger"].mean()))
+    # the sigmoid model switches idle rows off: far less total weight where there is nothing to copy
+    assert m["sigmoid_mass_other"] < 0.2 * m["sigmoid_mass_trigger"]
+
+
+def test_final_losses_are_the_last_fifty_logged_steps_of_the_checkpoints(res):
+    """The loss badge compares the mean of the last 50 logged training losses, read here from the checkpoints."""
+    for attn, snaps in (("softmax", eng.SOFTMAX_SNAPS), ("sigmoid", eng.SIGMOID_SNAPS)):
+        logged = np.asarray(load_state(eng.checkpoint_path(attn, snaps[-1]))["extra"]["loss"], dtype=np.float64)
+        assert len(logged) == eng.SHIPPED_STEPS
+        np.testing.assert_array_equal(getattr(res, f"loss_{attn}"), logged)
+        assert res.metrics[f"final_loss_{attn}"] == pytest.approx(float(logged[-50:].mean()), rel=1e-12)
+
+
+def test_live_models_have_the_chosen_shape_and_attention_kinds():
+    """Live training with two layers: both models have two layers; the sigmoid model's rows are raw (their totals
+    vary) while the softmax rows sum to one; both curves start at step 0, where the softmax model attends
+    uniformly (alpha = H_T / T) and the sigmoid one scores about 1 / (ctx + 1) per key."""
+    steps = 50
+    r = eng.run(eng.Config(source="live", live_steps=steps, live_width=16, live_layers=2, n_eval=8))
+    T = eng.SHIPPED_ARCH.ctx
+    assert r.n_layers == 2 and r.alpha_softmax.shape == r.alpha_sigmoid.shape == (2, eng.SHIPPED_ARCH.n_heads)
+    assert r.attn_softmax.shape[:2] == r.attn_sigmoid.shape[:2] == (2, eng.SHIPPED_ARCH.n_heads)
+    np.testing.assert_allclose(r.attn_softmax.sum(-1), 1.0, atol=1e-5)
+    assert np.abs(r.attn_sigmoid.sum(-1) - 1.0).max() > 0.2
+    for kind in ("softmax", "sigmoid"):
+        st = getattr(r, f"curve_steps_{kind}")
+        assert st[0] == 0 and st[-1] == steps and np.all(np.diff(st) > 0)
+    np.testing.assert_allclose(r.alpha_untrained, sum(1.0 / t for t in range(1, T + 1)) / T, atol=3e-3)
+    assert r.curve_alpha_sigmoid[0] == pytest.approx(1.0 / (T + 1), rel=0.03)
+
+
+def test_empty_box_samples_a_chain_sequence_after_the_start_token():
+    """With no text the input is ⟨s⟩ plus TEXT_MAX tokens of the chain: ⟨s⟩ once, then a letter, and the backcopy
+    rule holds inside the sampled part."""
+    r = eng.run(eng.Config(text=""))
+    assert r.tokens[0] == "⟨s⟩" and "⟨s⟩" not in r.tokens[1:]
+    body = [eng.STOI[c] for c in r.tokens[1:]]
+    assert len(body) == eng.TEXT_MAX and body[0] < len(eng.LETTERS)
+    for t in range(1, len(body) - 1):
+        if eng.is_trigger(body[t]):
+            assert body[t + 1] == body[t - 1]
+
+
+def test_per_layer_summaries_match_loops():
+    """sink_share_by_layer: per layer, the share of that layer's heads above eps; key_value_summary: per layer, the
+    mean over heads of the first token's norm over the mean over heads of the others' (and the mean cosines)."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(8)
+    L, H, eps = 3, 4, 0.3
+    fake = SimpleNamespace(**{f"alpha_{k}": rng.random((L, H)) for k in ("softmax", "sigmoid", "untrained")})
+    got = eng.sink_share_by_layer(fake, eps)
+    for kind in ("softmax", "sigmoid", "untrained"):
+        a = getattr(fake, f"alpha_{kind}")
+        assert got[kind].shape == (L,)
+        for la in range(L):
+            assert got[kind][la] == sum(a[la, h] > eps for h in range(H)) / H
+    kv = {name: rng.random((L, H)) + 0.5 for name in ("k_first", "k_other", "v_first", "v_other",
+                                                      "cos_first", "cos_other")}
+    summ = eng.key_value_summary(kv)
+    for la in range(L):
+        mean = {name: sum(kv[name][la]) / H for name in kv}
+        assert summ["k_first_over_other"][la] == pytest.approx(mean["k_first"] / mean["k_other"])
+        assert summ["v_first_over_other"][la] == pytest.approx(mean["v_first"] / mean["v_other"])
+        assert summ["cos_q_k_first"][la] == pytest.approx(mean["cos_first"])
+        assert summ["cos_q_k_other"][la] == pytest.approx(mean["cos_other"])
+
+
+def test_learning_rate_warms_up_then_decays_by_cosine_to_a_tenth(monkeypatch):
+    """The learning rate each optimiser step used (read off the optimiser itself): linear warm-up over the first
+    steps // 20 steps to the peak, then 0.1 + 0.9 (1 + cos(pi p)) / 2 of the peak, p the share of the post-warm-up
+    steps done, which falls monotonically from the peak towards a tenth of it."""
+    torch = pytest.importorskip("torch")
+    used = []
+
+    class Recorder(torch.optim.AdamW):
+        def step(self, *args, **kwargs):
+            used.append(self.param_groups[0]["lr"])
+            return super().step(*args, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recorder)
+    steps, lr = 60, 3e-3
+    eng.train(eng.Arch(d_model=16, n_layers=1, n_heads=2, ctx=8), steps, seed=0, lr=lr, pool_size=200, batch=8)
+    used = np.array(used)
+    warm = steps // 20
+    assert len(used) == steps
+    np.testing.assert_allclose(used[:warm], lr * np.arange(1, warm + 1) / warm)
+    p = np.arange(steps - warm) / (steps - warm)
+    np.testing.assert_allclose(used[warm:], lr * (0.1 + 0.45 * (1 + np.cos(np.pi * p))))
+    assert used[warm] == pytest.approx(lr) and np.all(np.diff(used[warm:]) < 0) and used[-1] < 0.11 * lr

@@ -378,3 +378,160 @@ def test_uploaded_digit_contributions_sum_to_its_logits(kept_contrast_upload):
         row = parts[int(cls)]
         top = row[np.argsort(-np.abs(row))[:10]]
         np.testing.assert_allclose(shown, top, rtol=1e-8, atol=1e-10)
+
+
+# ------------------------------------------------------------------------------------------ every model, every split
+
+def _run_and_keep_all(cfg, payload=None):
+    """Run the engine and keep every model it builds, in order (digits: bilinear, then the ReLU baseline)."""
+    built = []
+    build = eng._build
+
+    def spy(*args, **kwargs):
+        model = build(*args, **kwargs)
+        built.append((model, kwargs.get("bilinear", args[-1] if len(args) >= 4 else None)))
+        return model
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eng, "_build", spy)
+        res = eng.run_upload(cfg, payload=payload) if payload is not None else eng.run(cfg)
+    return res, built, cfg
+
+
+def _np_forward(model, X, bilinear=True):
+    """The layer's forward pass written out in numpy from its weights (no torch call)."""
+    W = model.w.weight.detach().double().numpy()
+    V = model.v.weight.detach().double().numpy()
+    P = model.head.weight.detach().double().numpy()
+    Z = X @ model.embed.weight.detach().double().numpy().T if hasattr(model.embed, "weight") else X
+    h = (Z @ W.T) * (Z @ V.T) if bilinear else np.maximum(Z @ W.T, 0.0)
+    return h @ P.T
+
+
+@pytest.fixture(scope="module")
+def kept_all():
+    return _run_and_keep_all(eng.Config(alpha=1.5, sample_idx=7, truncation="bottom", k_keep=5,
+                                        relu_baseline=True))
+
+
+def _check_steering(res, model, cfg, x):
+    """Steering moves the input along v = Eᵀu / |Eᵀu|, u the top (most positive) eigenvector of the chosen class's own
+    Q_c (also when a contrast class is shown). The curve is the class logit along x + αv over α in [-3, 3], the
+    steered digit is x + α_cfg v and its prediction is the arg-max of the numpy forward pass there."""
+    E, Q = _numpy_weights(model)
+    c = cfg.class_idx
+    lam, U = np.linalg.eigh(Q[c])
+    v = E.T @ U[:, -1]
+    v /= np.linalg.norm(v)
+    assert res.steer_alphas[0] == -3.0 and res.steer_alphas[-1] == 3.0 and np.any(res.steer_alphas == cfg.alpha)
+    # eigh fixes no sign: the curve along +v is the one along -v reversed; take the sign that matches
+    curves = {sg: _np_forward(model, x[None] + res.steer_alphas[:, None] * (sg * v)[None])[:, c] for sg in (1, -1)}
+    sign = min(curves, key=lambda sg: np.abs(curves[sg] - res.steer_model).max())
+    v, curve = sign * v, curves[sign]
+    np.testing.assert_allclose(res.steer_model, curve, rtol=1e-4, atol=1e-4 * np.abs(curve).max())
+    np.testing.assert_allclose(res.steered_image.ravel(), x + cfg.alpha * v, atol=1e-9)
+    # along the top eigenvector the logit is a parabola with curvature 2 vᵀEᵀQ_cEv > 0
+    d2 = np.diff(curve, 2)[0] / (res.steer_alphas[1] - res.steer_alphas[0]) ** 2
+    assert d2 == pytest.approx(2 * v @ E.T @ Q[c] @ E @ v, rel=1e-6) and d2 > 0
+    assert res.steered_pred == int(np.argmax(_np_forward(model, (x + cfg.alpha * v)[None])[0]))
+
+
+def test_test_digit_explanation_and_steering_follow_from_the_weights(kept_all):
+    """Test digit 7 with α = 1.5: the shown image and label are test digit 7's, its contribution bars are
+    λ_i (u_i·Ex)² of the top-2 classes (numpy eigh), and steering follows the class's top eigenvector."""
+    from engine.core.data import digits_split
+
+    res, built, cfg = kept_all
+    model = built[0][0]
+    _, _, Xte, yte = digits_split(cfg.n_train, cfg.seed)
+    x = Xte[cfg.sample_idx].astype(np.float64)
+    np.testing.assert_array_equal(res.sample_image.ravel(), x)
+    assert res.sample_label == int(yte[cfg.sample_idx]) and res.sample_source == f"test digit {cfg.sample_idx}"
+    E, Q = _numpy_weights(model)
+    lam, U = np.linalg.eigh(Q)
+    parts = lam * np.einsum("cdi,d->ci", U, E @ x) ** 2
+    assert set(res.sample_contrib) == {str(int(c)) for c in np.argsort(-parts.sum(1))[:2]}
+    for cls, shown in res.sample_contrib.items():
+        row = parts[int(cls)]
+        np.testing.assert_allclose(shown, row[np.argsort(-np.abs(row))[:10]], rtol=1e-8, atol=1e-10)
+    _check_steering(res, model, cfg, x)
+
+
+def test_contrast_view_still_steers_along_the_class_own_top_eigenvector(kept_contrast_upload):
+    res, model, cfg = kept_contrast_upload
+    assert cfg.contrast != "none"
+    _check_steering(res, model, cfg, res.sample_image.ravel())
+
+
+def test_accuracy_curves_are_measured_on_their_own_split_and_model(kept_all):
+    """The last point of each curve, recomputed with numpy forward passes: the bilinear test curve on the test split,
+    the train curve on the training split, and the ReLU curve from a ReLU layer (relu(Wz), no second branch)."""
+    import torch
+
+    from engine.core.data import digits_split
+
+    res, built, cfg = kept_all
+    assert [b for _, b in built] == [True, False]
+    (bil, _), (relu, _) = built
+    Xtr, ytr, Xte, yte = digits_split(cfg.n_train, cfg.seed)
+    tol = 1.5 / len(yte)                                        # float32 vs float64: at most a near-tie flips
+    assert res.test_acc[-1] == pytest.approx(np.mean(_np_forward(bil, Xte).argmax(1) == yte), abs=tol)
+    assert res.train_acc[-1] == pytest.approx(np.mean(_np_forward(bil, Xtr).argmax(1) == ytr), abs=1.5 / len(ytr))
+    assert res.metrics["acc_full"] == pytest.approx(res.test_acc[-1], abs=1e-6)
+    X = np.random.default_rng(0).normal(size=(8, Xte.shape[1]))
+    with torch.no_grad():
+        out = relu.double()(torch.tensor(X)).numpy()
+    np.testing.assert_allclose(out, _np_forward(relu, X, bilinear=False), rtol=1e-10, atol=1e-12)
+    assert res.relu_test_acc[-1] == pytest.approx(np.mean(_np_forward(relu, Xte, False).argmax(1) == yte), abs=tol)
+    assert res.metrics["acc_relu"] == pytest.approx(res.relu_test_acc[-1], abs=1e-12)
+    assert len(res.train_acc) == len(res.test_acc) == len(res.relu_test_acc) == cfg.epochs
+
+
+def test_kept_accuracy_follows_the_chosen_truncation_order(kept_all):
+    """Keep the k = 5 smallest |λ| per class ('bottom'): the headline accuracy is that truncated readout's, by brute
+    force from numpy's eigh, not the top-k one."""
+    from engine.core.data import digits_split
+
+    res, built, cfg = kept_all
+    E, Q = _numpy_weights(built[0][0])
+    _, _, Xte, yte = digits_split(cfg.n_train, cfg.seed)
+    lam, U = np.linalg.eigh(Q)
+    parts = lam[None] * np.einsum("cdi,nd->nci", U, Xte @ E.T) ** 2
+    accs = {}
+    for name, key in (("bottom", np.abs(lam)), ("top", -np.abs(lam))):
+        keep = np.zeros_like(lam, dtype=bool)
+        np.put_along_axis(keep, np.argsort(key, axis=1)[:, :cfg.k_keep], True, axis=1)
+        accs[name] = np.mean(np.where(keep[None], parts, 0.0).sum(2).argmax(1) == yte)
+    assert res.metrics["acc_keep"] == pytest.approx(accs["bottom"], abs=1.5 / len(yte))
+    assert abs(accs["top"] - accs["bottom"]) > 0.2                  # the two orders are far apart at k = 5
+
+
+def test_energy_share_closed_form_and_on_trained_weights(kept_plain):
+    """Share of Σλ² in the `top` eigenvalues of largest magnitude, negative ones included: (16 + 9) / 26.25 for
+    λ = (3, -4, 0.5, 1); then the headline number from numpy's eigvalsh of the trained weights."""
+    vals = np.array([[3.0, -4.0, 0.5, 1.0], [0.0, 0.0, 2.0, 0.0]])
+    assert eng.energy_share(vals, 2) == pytest.approx(np.mean([25 / 26.25, 1.0]))
+    assert eng.energy_share(vals, 1) == pytest.approx(np.mean([16 / 26.25, 1.0]))
+    res, model, _ = kept_plain
+    _, Q = _numpy_weights(model)
+    sq = np.linalg.eigvalsh(Q) ** 2
+    want = np.mean([np.sort(row)[::-1][:10].sum() / row.sum() for row in sq])
+    assert res.metrics["energy_top10"] == pytest.approx(want, rel=1e-9)
+    np.testing.assert_allclose(res.eigvals, np.linalg.eigvalsh(Q)[:, ::-1], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["xor"])
+def test_toy_matrices_and_their_deviation_come_from_the_trained_weights(op):
+    """The toy's shown matrices are the symmetrised interaction matrices of the trained layer (numpy einsum on its
+    weights) and the badge's number is their LARGEST deviation from the closed-form targets."""
+    res, built, _ = _run_and_keep_all(eng.Config(task="toy", toy_op=op))
+    model = built[0][0]
+    W = model.w.weight.detach().double().numpy()
+    V = model.v.weight.detach().double().numpy()
+    P = model.head.weight.detach().double().numpy()
+    B = np.einsum("ck,ki,kj->cij", P, W, V)
+    np.testing.assert_allclose(res.toy_Q, 0.5 * (B + np.swapaxes(B, 1, 2)), rtol=1e-12, atol=1e-12)
+    target, pairs = eng.toy_targets(op)
+    np.testing.assert_array_equal(res.toy_target, target)
+    assert res.toy_pairs == pairs
+    assert res.metrics["toy_max_dev"] == pytest.approx(float(np.abs(res.toy_Q - target).max()), rel=1e-12)

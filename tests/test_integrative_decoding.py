@@ -236,3 +236,192 @@ def test_snowball_shrinks_the_true_value_once_per_earlier_wrong_fact():
         base = w.value_p[e, f] * other
         np.testing.assert_allclose(pv * other, base * ((1 - pt * (1 - s) ** n_wrong) / (1 - pt))[:, None],
                                    rtol=1e-4, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- every plotted number, by brute force
+def _decode_facts(world, toks):
+    """Per generated token: (slot, value) read off the token layout by hand; (-1, -1) for non-fact tokens."""
+    toks = np.asarray(toks)
+    fact = toks < world.F * world.V * world.S
+    slot = np.where(fact, toks // (world.V * world.S), -1)
+    value = np.where(fact, (toks // world.S) % world.V, -1)
+    return slot, value
+
+
+def _right(world, ents, toks):
+    """[.., F] bool: generated token i names slot i and carries the entity's true value there."""
+    slot, value = _decode_facts(world, toks[..., : world.F])
+    truth = world.truth[ents].reshape(ents.shape + (1,) * (value.ndim - ents.ndim - 1) + (world.F,))
+    return (slot == np.arange(world.F)) & (value == truth)
+
+
+@pytest.fixture(scope="module")
+def spied():
+    """A small run (k = 3, so the sweep has an extra point; two repetitions; entity 7 in detail) with every decoder
+    call recorded: its contexts and its output."""
+    cfg = eng.Config(k=3, entities=120, reps=2, example=7)
+    calls = {"greedy": [], "sample": [], "id": []}
+    real = {"greedy": eng.greedy_decode, "sample": eng.sample_decode, "id": eng.integrative_decode}
+
+    def spy(kind):
+        def wrapped(lm, ctx, *args, **kwargs):
+            out = real[kind](lm, ctx, *args, **kwargs)
+            calls[kind].append((lm.__self__, np.array(ctx), out))
+            return out
+        return wrapped
+
+    with pytest.MonkeyPatch.context() as mp:
+        for kind, name in (("greedy", "greedy_decode"), ("sample", "sample_decode"), ("id", "integrative_decode")):
+            mp.setattr(eng, name, spy(kind))
+        res = eng.run(cfg)
+    return cfg, res, calls
+
+
+def test_curves_and_headline_numbers_match_brute_force_from_the_decoded_tokens(spied):
+    """From the recorded samples and answers of the main world: ID accuracy per k, the USC pick (sample agreeing
+    with the most facts of the OTHER samples, lowest index on ties) and the fact-level majority vote (lowest value on
+    ties), both over the first k samples, one-sample and greedy accuracy, averaged over the two repetitions, which
+    draw different samples; then the badge numbers."""
+    cfg, res, calls = spied
+    world = calls["greedy"][0][0]
+    E, F, V = world.E, world.F, world.V
+    ents = np.arange(E)
+    ks = [int(k) for k in res.k_values]
+    assert ks == sorted(set(eng.K_SWEEP) | {cfg.k})
+    assert all(c[0] is world for c in calls["sample"][:cfg.reps] + calls["id"][:cfg.reps * len(ks)])
+    acc_id, acc_usc, acc_vote = (np.zeros(len(ks)) for _ in range(3))
+    acc_sample = 0.0
+    samples = []
+    for rep in range(cfg.reps):
+        samp = calls["sample"][rep][2].reshape(E, max(ks), F + 1)
+        samples.append(samp)
+        right = _right(world, ents, samp)                               # [E, kmax, F]
+        _, vals = _decode_facts(world, samp[..., :F])
+        acc_sample += right.mean() / cfg.reps
+        for i, k in enumerate(ks):
+            ans = calls["id"][rep * len(ks) + i][2]
+            assert calls["id"][rep * len(ks) + i][1].shape[:2] == (E, k)
+            acc_id[i] += _right(world, ents, ans).mean() / cfg.reps
+            usc, vote = [], []
+            for e in range(E):
+                agree = [sum(int(vals[e, a, f] == vals[e, b, f]) for b in range(k) if b != a for f in range(F))
+                         for a in range(k)]
+                usc.append(right[e, agree.index(max(agree))].mean())
+                for f in range(F):
+                    counts = [int(np.sum(vals[e, :k, f] == v)) for v in range(V)]
+                    vote.append(counts.index(max(counts)) == world.truth[e, f])
+            acc_usc[i] += np.mean(usc) / cfg.reps
+            acc_vote[i] += np.mean(vote) / cfg.reps
+    assert not np.array_equal(samples[0], samples[1])                  # each repetition draws afresh
+    greedy_right = _right(world, ents, calls["greedy"][0][2])
+    np.testing.assert_allclose(res.acc_id, acc_id, atol=1e-12)
+    np.testing.assert_allclose(res.acc_usc, acc_usc, atol=1e-12)
+    np.testing.assert_allclose(res.acc_vote, acc_vote, atol=1e-12)
+    assert res.acc_sample == pytest.approx(acc_sample, abs=1e-12)
+    assert res.acc_greedy == pytest.approx(greedy_right.mean(), abs=1e-12)
+    m = res.metrics
+    at = {k: acc_id[i] for i, k in enumerate(ks)}
+    assert m["gain_over_greedy"] == pytest.approx(at[16] - greedy_right.mean(), abs=1e-12)
+    assert m["gain_16_vs_1"] == pytest.approx(at[16] - at[1], abs=1e-12)
+    sweep = list(eng.K_SWEEP)
+    assert m["worst_doubling"] == pytest.approx(min(at[b] - at[a] for a, b in zip(sweep, sweep[1:])), abs=1e-12)
+    assert m["acc_usc_16"] == pytest.approx(acc_usc[ks.index(16)]) and m["acc_vote_16"] == pytest.approx(
+        acc_vote[ks.index(16)])
+
+
+def test_integration_numbers_match_a_loop_over_the_k4_answers(spied):
+    """First repetition, k = 4: d = facts right in ID's answer − facts right in the best of the FIRST four samples;
+    the histogram, the share with d > 0, and the share with d > 0 that also beat greedy."""
+    cfg, res, calls = spied
+    world = calls["greedy"][0][0]
+    ents = np.arange(world.E)
+    ks = [int(k) for k in res.k_values]
+    ans = calls["id"][ks.index(4)][2]
+    samp = calls["sample"][0][2].reshape(world.E, max(ks), world.F + 1)
+    id_n = _right(world, ents, ans).sum(1)
+    best = _right(world, ents, samp[:, :4]).sum(2).max(1)
+    greedy_n = _right(world, ents, calls["greedy"][0][2]).sum(1)
+    d = id_n - best
+    assert res.integration_hist == {int(v): int(np.sum(d == v)) for v in np.unique(d)}
+    assert res.metrics["integration_share"] == pytest.approx(np.mean(d > 0), abs=1e-12)
+    assert res.metrics["integration_strict"] == pytest.approx(np.mean((d > 0) & (id_n > greedy_n)), abs=1e-12)
+    assert res.metrics["greedy_beats_inputs"] == pytest.approx(np.mean(greedy_n > best), abs=1e-12)
+
+
+def test_detail_view_is_the_chosen_entity_and_its_summed_scores(spied):
+    """Entity 7 at k = 3: its samples' values and ID's answer, and per slot the six best tokens by the SUM over
+    the k prompts of log p(token | prompt + answer so far), scored here by calling the language model row by row."""
+    cfg, res, calls = spied
+    world = calls["greedy"][0][0]
+    ks = [int(k) for k in res.k_values]
+    ex = cfg.example % world.E
+    ctx, ans = calls["id"][ks.index(cfg.k)][1:]
+    samp = calls["sample"][0][2].reshape(world.E, max(ks), world.F + 1)
+    np.testing.assert_array_equal(res.detail_samples, _decode_facts(world, samp[ex, :cfg.k, :world.F])[1])
+    np.testing.assert_array_equal(res.detail_correct, _right(world, np.arange(world.E), samp)[ex, :cfg.k])
+    np.testing.assert_array_equal(res.detail_id, _decode_facts(world, ans[ex, :world.F])[1])
+    np.testing.assert_array_equal(res.detail_id_correct, _right(world, np.array([ex]), ans[ex:ex + 1])[0])
+    np.testing.assert_array_equal(res.detail_greedy_correct,
+                                  _right(world, np.arange(world.E), calls["greedy"][0][2])[ex])
+    assert len(res.detail_top) == world.F
+    for t, top in enumerate(res.detail_top):
+        score = np.zeros(world.vocab)
+        for j in range(cfg.k):
+            row = np.concatenate([ctx[ex, j], ans[ex, :t]])[None]
+            score += world.next_logprobs(row)[0].astype(np.float64)
+        assert len(top) == 6 and top[0][0] == f"v{(ans[ex, t] // world.S) % world.V}·s{ans[ex, t] % world.S}"
+        shown = [sc for _, sc, _ in top]
+        np.testing.assert_allclose(shown, np.sort(score)[::-1][:6], rtol=1e-5, atol=1e-4)  # the six best, in order
+        for label, sc, ok in top:                                  # each label carries its own score (ties allowed)
+            v, s = (int(part[1:]) for part in label.split("·"))
+            assert sc == pytest.approx(score[world.token(t, v, s)], rel=1e-5, abs=1e-4), label
+            assert ok == (v == world.truth[ex, t])
+
+
+def test_surface_form_sweep_matches_greedy_in_closed_form(spied):
+    """The S sweep (S = 1..4, same seed and knowledge): greedy accuracy there is the share of facts whose most likely
+    (value, spelling) pair carries the true value, from each world's tables; S = the page's S is the main run's."""
+    cfg, res, calls = spied
+    main = calls["greedy"][0][0]
+    np.testing.assert_array_equal(res.s_values, [1, 2, 3, 4])
+    for i, S in enumerate(res.s_values):
+        lo, hi = sorted((cfg.p_lo, cfg.p_hi))
+        w = eng.make_world(np.random.default_rng(cfg.seed), E=main.E, F=main.F, V=main.V, S=int(S), alpha=cfg.alpha,
+                           p_lo=lo, p_hi=hi, reliability=cfg.reliability, snowball=cfg.snowball)
+        joint = w.value_p[..., None] * w.surf                               # [E, F, V, S]
+        best_v = np.argmax(joint.reshape(w.E, w.F, -1), axis=2) // w.S
+        assert res.s_greedy[i] == pytest.approx(np.mean(best_v == w.truth), abs=1e-12), S
+    assert res.s_greedy[cfg.surface_forms - 1] == pytest.approx(res.acc_greedy, abs=1e-12)
+    # one spelling per value: greedy is already the per-fact mode, and ID has nothing to gain
+    assert res.s_id[1] - res.s_greedy[1] > res.s_id[0] - res.s_greedy[0]
+
+
+@pytest.mark.parametrize("S", [2, 3])
+def test_true_value_spellings_follow_the_dirichlet_concentration(S):
+    """The true value's spellings are Dirichlet(α, ..., α): E[p_1²] = (α + 1) / (S (S α + 1)), so the α slider decides
+    how evenly a known fact is split (checked at α = 0.3 and 20 on 2 500 facts)."""
+    for alpha in (0.3, 20.0):
+        w = _world(seed=9, E=500, S=S, alpha=alpha)
+        p1 = w.surf[np.arange(w.E)[:, None], np.arange(w.F)[None], w.truth][..., 0]
+        assert np.mean(p1**2) == pytest.approx((alpha + 1) / (S * (S * alpha + 1)), abs=0.025), alpha
+
+
+def test_each_group_token_is_appended_to_its_own_k_rows():
+    """Three groups of k = 2 prompts whose next-token scores depend on the tokens already in the row: each step's
+    arg-max (group's first token + length, mod 7) must be appended to the two rows of ITS group only, so the
+    recorded contexts of a group stay identical and end with that group's answer so far."""
+    G, k, V = 3, 2, 7
+    seen = []
+
+    def lm(ctx):
+        seen.append(ctx.copy())
+        assert np.array_equal(ctx[0::2], ctx[1::2])                  # rows of one group are in lock-step
+        out = np.full((len(ctx), V), -5.0)
+        out[np.arange(len(ctx)), (ctx[:, 0] + ctx.shape[1]) % V] = 0.0
+        return out
+
+    contexts = np.repeat(np.array([[1], [3], [4]])[:, None, :], k, axis=1)   # [G, k, 1]
+    out = eng.integrative_decode(lm, contexts, 4, eos_id=-1)
+    for g in range(G):
+        assert out[g].tolist() == [(contexts[g, 0, 0] + 1 + t) % V for t in range(4)]
+        np.testing.assert_array_equal(seen[-1][2 * g:2 * g + 2, 1:], np.tile(out[g, :3], (k, 1)))
