@@ -50,7 +50,7 @@ def revision_of(module_file: Path, assets_dir: Path | None) -> str:
     """Eight hex digits that change when an engine's code or its page's shipped files change.
 
     The code is the module's syntax tree without docstrings, plus that of each sibling engine module it imports
-    (``from engine.graphs import ...``; engine/core and the registry are left out). Rewording a comment or a docstring
+    (``from engine.graphs import ...``, ``from engine import graphs``; engine/core and the registry are left out). Rewording a comment or a docstring
     keeps the revision; any other edit (a formula, a default, a label) and any change of a byte under ``assets_dir``
     (a retrained checkpoint, a new curve file) gives a new one. The tree's printed form can change between Python
     versions, so a server moved to another Python version reports a new revision too.
@@ -60,7 +60,9 @@ def revision_of(module_file: Path, assets_dir: Path | None) -> str:
     siblings = sorted({alias.name.split(".")[1] for node in ast.walk(tree) if isinstance(node, ast.Import)
                        for alias in node.names if alias.name.startswith("engine.")}
                       | {node.module.split(".")[1] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                         and node.level == 0 and (node.module or "").startswith("engine.")})
+                         and node.level == 0 and (node.module or "").startswith("engine.")}
+                      | {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)   # from engine import X
+                         and node.level == 0 and node.module == "engine" for alias in node.names})
     for name in [None, *siblings]:
         path = module_file if name is None else module_file.parent / f"{name}.py"
         if name in ("core", "registry") or not path.is_file() or path == module_file and name is not None:
@@ -255,7 +257,12 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     if rev:
         params[REV_PARAM] = rev
     for k in VIEW_PARAMS.get(slug, ()):          # view-only widgets keep their own URL entries
-        if k in current:
+        fresh = None if from_url else _view_widget_str(slug, k)
+        if fresh is not None:
+            # the user has just changed the view widget: its state is newer than the URL, and a share link drawn
+            # before bind_view runs later in this run must already carry it
+            params[k] = fresh
+        elif k in current:
             params[k] = current[k]
         elif k in VIEW_DEFAULTS.get(slug, {}):
             # written now with the settings rather than by bind_view later in the run: every write of the URL is an
@@ -284,6 +291,18 @@ def _view_str(slug: str, name: str) -> str | None:
         except (TypeError, ValueError):
             return None
     return st.query_params.get(name)
+
+
+def _view_widget_str(slug: str, name: str) -> str | None:
+    """A view-only widget's state as the URL writes it, or None when it has no state or not a valid one (an
+    emptied multiselect, which bind_view then restores)."""
+    key, spec = widget_key(slug, name), VIEW_SPECS.get(slug, {}).get(name)
+    if spec is None or key not in st.session_state:
+        return None
+    try:
+        return spec.to_str(spec.validate(st.session_state[key]))
+    except (ParamError, TypeError, ValueError):
+        return None
 
 
 def _reset(slug: str, specs: dict, base: dict) -> None:

@@ -486,3 +486,532 @@ def test_literal_escapes_what_markdown_would_read(name):
     tokens = re.findall(r"\\.|.", literal(name), flags=re.S)          # an escape pair or one character
     assert "".join(t[-1] for t in tokens) == name
     assert all(len(t) == 2 or not re.fullmatch(r"[\\`*_{}\[\]()#+\-.!|<>~$]", t) for t in tokens)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Widget specs: the exact edges of what a link may hold
+
+
+def test_spec_bounds_are_inclusive_and_spellings_are_read_as_documented():
+    """Both ends of an Int / Float range are valid settings (a slider can be dragged to them), a bool is not a
+    number, every true/false spelling is read the right way round, surrounding blanks are ignored, and a text of
+    exactly ``max_chars`` characters is kept whole (control characters dropped)."""
+    i = Int(1, 10, "n")
+    assert (i.parse("1"), i.parse("10"), i.parse(" 7 ")) == (1, 10, 7)
+    with pytest.raises(ParamError):
+        i.validate(True)
+    f = Float(0.0, 1.0, "x")
+    assert (f.parse("0"), f.parse("1"), f.parse("1.0")) == (0.0, 1.0, 1.0)
+    for bad in ["1.0000001", "-1e-300"]:
+        with pytest.raises(ParamError):
+            f.parse(bad)
+    for v in [0.1 + 0.2, 1 / 3, 1e-7, 0.9999999999999999]:       # the URL keeps every digit
+        assert f.parse(f.to_str(v)) == v
+    b = Bool("b")
+    for spelled, value in {"1": True, "true": True, "Yes": True, "ON": True,
+                           "0": False, "false": False, "No": False, "off": False, " true ": True}.items():
+        assert b.parse(spelled) is value, spelled
+    assert Choice(("a", "b"), "m").parse(" b ") == "b"
+    t = Text("t", max_chars=5)
+    assert t.parse("abcde") == "abcde"
+    assert t.parse("a\x00b\x1bc") == "abc"
+    with pytest.raises(ParamError):
+        t.parse("abcdef")
+
+
+def test_multiselect_minimum_and_old_link_spellings():
+    """A Multi with ``min_size=2`` refuses a single option (from a link and from the widget), and a link written
+    before the setting became a multiselect (an alias such as "1-3") opens the selection it stood for."""
+    m = Multi((1, 2, 3, 4), "w", min_size=2, aliases=(("1-3", (1, 2, 3)), ("all", (4, 3, 2, 1))))
+    for bad in ["2", "2,2"]:
+        with pytest.raises(ParamError):
+            m.parse(bad)
+    with pytest.raises(ParamError):
+        m.validate((3,))
+    assert m.parse("4,2") == (2, 4)
+    assert m.parse("1-3") == (1, 2, 3) and m.parse("all") == (1, 2, 3, 4)
+
+    @dataclasses.dataclass(frozen=True)
+    class Old:
+        pick: tuple = param((1, 2), m)
+
+    cfg, notices = from_query(Old, {"pick": "1-3"})
+    assert cfg.pick == (1, 2, 3) and not notices
+
+
+def test_option_labels_are_shown_for_their_own_option():
+    """A Choice / Multi with display labels shows each option with the label at the same position."""
+    c = Choice(("sgd", "adam", "lion"), "opt", labels=("SGD", "Adam", "Lion"))
+    m = Multi(("sgd", "adam", "lion"), "opts", labels=("SGD", "Adam", "Lion"))
+    for spec in (c, m):
+        assert [spec.display(o) for o in spec.options] == ["SGD", "Adam", "Lion"]
+    assert Choice((1, 2), "plain").display(2) == "2"
+
+
+def test_query_of_a_config_names_every_setting_and_draws_reach_both_ends():
+    """to_query writes every widget field (defaults too: a link keeps its meaning if a default changes later), and
+    the random configs the page tests use can reach each end of an Int range."""
+    from engine.core.params import widget_specs
+
+    assert set(to_query(Demo())) == set(widget_specs(Demo))
+    rng = random.Random(0)
+    assert {Int(1, 3, "n").sample(rng) for _ in range(200)} == {1, 2, 3}
+    assert {Int(0, 10, "n", step=5).sample(rng) for _ in range(200)} == {0, 5, 10}
+
+
+def test_renamed_settings_in_old_links_are_translated():
+    """A Config's ``upgrade_query`` maps a setting's old URL name to the new one before the link is read."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Renamed:
+        width: int = param(4, Int(1, 9, "width"))
+
+        @staticmethod
+        def upgrade_query(q):
+            if "w" in q:
+                q.setdefault("width", q.pop("w"))
+            return q
+
+    cfg, notices = from_query(Renamed, {"w": "7"})
+    assert cfg.width == 7 and not notices
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Claims and the AUC bars
+
+
+def test_claim_comparisons_at_and_beyond_the_threshold():
+    """Each operator decides the boundary case the way it reads; an infinite measurement (a diverged run) never
+    passes; to_dict reports the computed verdict."""
+    table = [("<", 1.0, False), ("<", 0.99, True), ("<=", 1.0, True), ("<=", 1.01, False),
+             (">", 1.0, False), (">", 1.01, True), (">=", 1.0, True), (">=", 0.99, False)]
+    for op, measured, passed in table:
+        c = Claim("s", measured, op, 1.0)
+        assert c.passed is passed, (op, measured)
+        assert c.to_dict()["passed"] is passed
+    for op in (">", ">=", "<", "<="):
+        assert not Claim("s", math.inf, op, 1.0).passed
+        assert not Claim("s", -math.inf, op, 1.0).passed
+
+
+def test_auc_chance_bar_matches_the_exact_null_distribution():
+    """σ₀ in auc_chance_bar is the standard deviation of the AUC of a score unrelated to the labels: enumerate
+    every ranking of 3 positives among 7 items (all equally likely under the null) and compare."""
+    import itertools
+
+    from engine.core import auc_chance_bar, auc_standard_error
+
+    for n_pos, n_neg in [(3, 4), (2, 6)]:
+        n = n_pos + n_neg
+        aucs = []
+        for pos in itertools.combinations(range(n), n_pos):      # ranks held by the positives
+            neg = [r for r in range(n) if r not in pos]
+            aucs.append(sum(p > q for p in pos for q in neg) / (n_pos * n_neg))
+        mean = sum(aucs) / len(aucs)
+        sd = math.sqrt(sum((a - mean) ** 2 for a in aucs) / len(aucs))
+        assert math.isclose(mean, 0.5)
+        assert math.isclose(auc_chance_bar(n_pos, n_neg, k=2.0), 0.5 + 2.0 * sd)
+        assert math.isclose(auc_standard_error(0.5, n_pos, n_neg), sd)
+
+
+def test_auc_standard_error_matches_a_simulation_with_unequal_classes():
+    """Hanley & McNeil's formula is exact for exponentially distributed scores: simulate 4000 experiments with 5
+    positives and 40 negatives (and the other way round) at AUC 0.8 and compare the spread of the measured AUCs (sampling error ~1.5 %)."""
+    import numpy as np
+
+    from engine.core import auc_standard_error
+
+    rng = np.random.default_rng(0)
+    auc, reps = 0.8, 4000
+    for n_pos, n_neg in [(5, 40), (40, 5)]:
+        neg = rng.exponential(1.0, size=(reps, 1, n_neg))
+        pos = rng.exponential(auc / (1 - auc), size=(reps, n_pos, 1))      # P(pos > neg) = auc
+        measured = (pos > neg).mean(axis=(1, 2))
+        assert abs(measured.mean() - auc) < 0.01
+        assert math.isclose(auc_standard_error(auc, n_pos, n_neg), measured.std(), rel_tol=0.06), (n_pos, n_neg)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Seeding, data, torch helpers
+
+
+def test_seed_everything_seeds_every_generator_and_the_seed_matters():
+    """The same seed gives the same draws from python's random, numpy's global state, torch (already imported, not
+    asked for explicitly, as most engines call it) and the returned Generator; another seed changes each of them."""
+    import numpy as np
+    import torch
+
+    def draws(seed):
+        gen = seed_everything(seed)
+        return random.random(), float(np.random.random()), float(torch.rand(1)), float(gen.random())
+
+    a, b, c = draws(11), draws(11), draws(12)
+    assert a == b
+    assert all(x != y for x, y in zip(a, c))
+
+
+def test_digits_split_is_a_partition_with_a_test_set_fixed_per_seed():
+    """Train and test together are exactly the dataset when the training set takes every remaining image (no image
+    in both); the test set does not depend on the training size; at least 10 training images are kept."""
+    import numpy as np
+
+    from engine.core.data import _digits_raw, digits_split
+
+    X, _ = _digits_raw()
+    Xtr, ytr, Xte, yte = digits_split(10_000, seed=3)
+    assert len(Xtr) == len(X) - 500 and len(Xte) == 500 and len(ytr) == len(Xtr) and len(yte) == len(Xte)
+
+    def rows(a):
+        return a[np.lexsort(a.T[::-1])]
+
+    assert np.array_equal(rows(np.concatenate([Xtr, Xte])), rows(X))
+    for n_train in (50, 700):
+        _, _, Xte_small, yte_small = digits_split(n_train, seed=3)
+        assert np.array_equal(Xte_small, Xte) and np.array_equal(yte_small, yte)
+    assert len(digits_split(1, seed=3)[0]) == 10
+
+
+def test_batch_indices_use_every_example_each_epoch():
+    """With n a multiple of the batch size every epoch's batches together are exactly range(n); a batch larger than
+    the data is cut to the data."""
+    import torch
+
+    from engine.core.nn import batch_indices
+
+    idx = batch_indices(8, 4, 6, torch.Generator().manual_seed(1))
+    assert len(idx) == 6
+    for e in range(3):
+        assert sorted(torch.cat(idx[2 * e:2 * e + 2]).tolist()) == list(range(8))
+    small = batch_indices(3, 10, 2, torch.Generator().manual_seed(1))
+    assert [sorted(b.tolist()) for b in small] == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_mlp_output_layer_is_linear():
+    """Hidden layers get LayerNorm and the activation; the output layer does not (a regression output can be
+    negative)."""
+    from torch import nn
+
+    from engine.core.nn import mlp
+
+    net = mlp([3, 5, 2], layernorm=True)
+    assert [type(m) for m in net] == [nn.Linear, nn.LayerNorm, nn.ReLU, nn.Linear]
+    assert [m.out_features for m in net if isinstance(m, nn.Linear)] == [5, 2]
+
+
+def test_train_loop_follows_plain_sgd_by_hand():
+    """Minimising (w - 3)² with SGD (lr 0.1) from w = 0: w goes 0 -> 0.6 -> 1.08, the losses are 9, 5.76, 3.6864
+    (computed by hand); gradient clipping to norm 1 turns the first step into 0.1; a cosine schedule halves the
+    second step's rate (0.05 at step 1 of 2); the progress bar ends at 1."""
+    import torch
+
+    from engine.core.nn import train_loop
+
+    def run(steps, **kw):
+        w = torch.zeros(1, requires_grad=True)
+        seen = []
+        hist = train_loop([w], lambda step: ((w - 3) ** 2).sum(), steps, lr=0.1, optimizer="sgd",
+                          progress=lambda f, m="": seen.append(f), **kw)
+        return hist, float(w.detach()), seen
+
+    hist, w, seen = run(3)
+    assert hist == pytest.approx([9.0, 5.76, 3.6864]) and w == pytest.approx(1.464)
+    assert seen[-1] == 1.0
+    hist, w, _ = run(1, grad_clip=1.0)
+    assert w == pytest.approx(0.1)
+    _, w, _ = run(2, cosine=True)
+    assert w == pytest.approx(0.6 + 0.05 * 4.8)
+
+
+def test_make_optimizer_builds_the_named_optimizer():
+    import torch
+
+    from engine.core.nn import make_optimizer
+
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    assert type(make_optimizer(p, "AdamW", weight_decay=0.1)) is torch.optim.AdamW
+    assert type(make_optimizer(p, "adam")) is torch.optim.Adam
+    assert type(make_optimizer(p, "sgd")) is torch.optim.SGD
+    with pytest.raises(ValueError):
+        make_optimizer(p, "lbfgs")
+
+
+def test_checkpoint_round_trip_keeps_weights_and_metadata(tmp_path):
+    import torch
+
+    from engine.core.nn import load_state, mlp, save_state
+
+    torch.manual_seed(0)
+    net = mlp([2, 3, 1])
+    save_state(net, tmp_path / "sub" / "m.pt", extra={"steps": 7, "note": "x", "t": torch.ones(2)})
+    ck = load_state(tmp_path / "sub" / "m.pt")
+    other = mlp([2, 3, 1])
+    other.load_state_dict(ck["state"])
+    x = torch.randn(4, 2)
+    assert torch.equal(net(x), other(x))
+    assert ck["extra"]["steps"] == 7 and ck["extra"]["note"] == "x" and torch.equal(ck["extra"]["t"], torch.ones(2))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# URL binding (components.state), on a small app with the Demo settings above and one view-only widget
+
+
+VIEW = Choice(("in", "out", "far"), "zoom")
+
+
+def _bound_app(config_cls, slug, view, link_first):
+    import json
+
+    import streamlit as st
+
+    from components.state import bind_config, bind_view, share_link
+    from engine.core.params import to_query
+
+    cfg = bind_config(config_cls, slug, views=("zoom",))
+    link = share_link(cfg) if link_first else None        # most pages show the link before their view widgets
+    zoom = bind_view(slug, "zoom", view)
+    st.text(json.dumps({**to_query(cfg), "zoom": zoom}))      # what the page computes and draws with
+    st.text(link if link_first else share_link(cfg))
+
+
+def _bound(slug, query=None, link_first=False):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_bound_app, args=(Demo, slug, VIEW, link_first), default_timeout=30)
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def _shown(at):
+    """(settings and view the page drew with, query string of its share link); a stopped page has neither."""
+    import json
+    from urllib.parse import parse_qsl
+
+    assert not at.exception, [e.value for e in at.exception]
+    texts = [t.value for t in at.text]
+    assert len(texts) == 2, "the page stopped before drawing its results"
+    return json.loads(texts[0]), dict(parse_qsl(texts[1], keep_blank_values=True))
+
+
+def _url(at):
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+
+
+def _link_notice(at):
+    return " ".join(w.value for w in at.warning if "could not be used" in w.value)
+
+
+def test_a_share_link_reopens_the_same_settings_and_view():
+    """A link with every setting (Multi included) and the view opens exactly that view, without notices; the share
+    link and the URL name every setting and the view, and opening the share link gives the same view again."""
+    rng = random.Random(5)
+    cfgs = [Demo(n=10, x=1.0, mode="a", pick=("y",), flag=True, text="a b", seed=9)]
+    while len(cfgs) < 3:
+        try:
+            cfgs.append(random_config(Demo, rng))
+        except ValueError:
+            continue
+    for i, cfg in enumerate(cfgs):
+        link = {**to_query(cfg), "zoom": ["far", "out", "in", "far"][i]}
+        at = _bound(f"core-share-{i}", link)
+        drawn, shared = _shown(at)
+        assert drawn == link and not _link_notice(at)
+        assert shared == link and _url(at) == link
+        again, _ = _shown(_bound(f"core-share-again-{i}", shared))
+        assert again == link
+
+
+def test_a_link_shown_before_the_view_widgets_carries_the_view():
+    """Pages draw the share link before their view-only widgets: the settings binding must already have put the
+    link's view (or, once the page has drawn its view widget in this process, the default view) into the URL."""
+    link = {**to_query(Demo(n=4)), "zoom": "far"}
+    at = _bound("core-early", link, link_first=True)
+    drawn, shared = _shown(at)
+    assert drawn == link and shared == link and _url(at) == link
+    drawn, shared = _shown(_bound("core-early", to_query(Demo(n=4)), link_first=True))
+    assert drawn == shared == {**link, "zoom": "in"}
+
+
+def test_a_view_change_reaches_a_link_drawn_before_the_view_widget_in_the_same_run():
+    """After the user picks another view, the share link drawn above the view widget must already name it (it used
+    to lag one rerun behind: the link copied the URL's old view, which bind_view updated only afterwards). A
+    settings change in the same run, and an emptied multiselect restored to its last selection, keep their usual
+    behaviour."""
+    at = _bound("core-view-now", link_first=True)
+    at.selectbox(key="core-view-now:zoom").set_value("far").run()
+    drawn, shared = _shown(at)
+    assert drawn["zoom"] == shared["zoom"] == _url(at)["zoom"] == "far"
+    at.slider(key="core-view-now:n").set_value(7).run()
+    drawn, shared = _shown(at)
+    assert drawn == shared == _url(at) and shared["n"] == "7" and shared["zoom"] == "far"
+    at.selectbox(key="core-view-now:zoom").set_value("out").run()
+    drawn, shared = _shown(at)
+    assert drawn == shared == _url(at) and shared["zoom"] == "out"
+
+
+def test_a_bad_link_falls_back_to_defaults_with_a_notice():
+    """Malformed and unknown parameters are named in a notice and replaced by defaults; a combination that is valid
+    field by field but not together falls back to the defaults with a notice, and the page still draws."""
+    base = {**to_query(Demo()), "zoom": "in"}
+    at = _bound("core-bad-1", {"n": "banana", "pick": "q", "not_a_setting": "1", "x": "0.25", "zoom": "near"})
+    drawn, _ = _shown(at)
+    assert drawn == {**base, "x": "0.25"}
+    notice = _link_notice(at) + " ".join(w.value for w in at.warning)
+    for name in ("`n`", "`pick`", "`not_a_setting`", "`zoom`"):
+        assert name in notice, name
+    at = _bound("core-bad-2", {"n": "9", "mode": "b"})
+    drawn, _ = _shown(at)
+    assert drawn == base and "do not fit together" in _link_notice(at)
+
+
+def test_back_and_forward_restore_the_settings_of_the_earlier_url():
+    """After a widget change, the browser's Back button reruns the page with the earlier URL: the widgets follow
+    it; a widget change after that still counts."""
+    at = _bound("core-back")
+    earlier = _url(at)
+    at.slider(key="core-back:n").set_value(7)
+    at.run()
+    assert _shown(at)[0]["n"] == "7" and _url(at)["n"] == "7"
+    for k in list(at.query_params.keys()):
+        del at.query_params[k]
+    for k, v in earlier.items():
+        at.query_params[k] = v
+    at.run()
+    assert _shown(at)[0]["n"] == "3" and _url(at)["n"] == "3"
+    at.slider(key="core-back:n").set_value(5)
+    at.run()
+    assert _shown(at)[0]["n"] == "5" and _url(at)["n"] == "5"
+
+
+def test_an_emptied_multiselect_keeps_its_last_selection():
+    at = _bound("core-multi")
+    at.multiselect(key="core-multi:pick").set_value(["y"])
+    at.run()
+    assert _shown(at)[0]["pick"] == "y"
+    at.multiselect(key="core-multi:pick").set_value([])
+    at.run()
+    drawn, shared = _shown(at)
+    assert drawn["pick"] == "y" and shared["pick"] == "y"
+    assert any("choose at least one" in w.value for w in at.warning)
+
+
+def test_reset_brings_back_every_default_and_the_default_view():
+    at = _bound("core-reset", {"n": "7", "flag": "true", "zoom": "far"})
+    assert _shown(at)[0]["zoom"] == "far"
+    at.button(key="core-reset::reset").click()
+    at.run()
+    drawn, shared = _shown(at)
+    assert drawn == {**to_query(Demo()), "zoom": "in"} and shared == drawn
+    assert at.button(key="core-reset::reset").disabled
+
+
+def test_a_link_from_another_revision_is_flagged(monkeypatch):
+    """With a page revision, the URL carries it; a link with another revision keeps its settings and says so."""
+    from components import state
+
+    monkeypatch.setattr(state, "page_revision", lambda slug: "abcd1234")
+    link = {**to_query(Demo(n=8)), "zoom": "out"}
+    at = _bound("core-rev", {**link, "rev": "abcd1234"})
+    assert _shown(at)[0] == link and _url(at)["rev"] == "abcd1234"
+    assert not [i.value for i in at.info if "another version" in i.value]
+    at = _bound("core-rev-old", {**link, "rev": "00ff00ff"})
+    assert _shown(at)[0] == link and _url(at)["rev"] == "abcd1234"
+    stale = [i.value for i in at.info if "another version" in i.value]
+    assert len(stale) == 1 and "00ff00ff" in stale[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The result cache (components.runner)
+
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    """An engine module whose runs are counted; the shared result store is emptied before and after."""
+    import sys
+    import types
+
+    from components import runner
+    from engine.core import InputError
+
+    calls = []
+    mod = types.ModuleType("fake_core_engine")
+
+    def run(config, progress=None):
+        calls.append(("run", config))
+        return {"fn": "run", "n": config.n}
+
+    def other(config, progress=None):
+        calls.append(("other", config))
+        return {"fn": "other", "n": config.n}
+
+    def run_upload(config, progress=None, payload=None):
+        calls.append(("upload", payload))
+        return {"fn": "upload", "bytes": bytes(payload)}
+
+    def refuse(config, progress=None):
+        raise InputError("that file has no rows")
+
+    mod.run, mod.other, mod.run_upload, mod.refuse = run, other, run_upload, refuse
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    runner.result_store().clear()
+    yield mod.__name__, calls
+    runner.result_store().clear()
+
+
+def test_cached_results_follow_the_config_the_function_and_the_upload(fake_engine):
+    from components.runner import run_cached
+
+    name, calls = fake_engine
+    a, b = Demo(n=2), Demo(n=3)
+    assert run_cached(name, a) == {"fn": "run", "n": 2}
+    assert run_cached(name, a) == {"fn": "run", "n": 2} and len(calls) == 1          # served from the store
+    assert run_cached(name, b) == {"fn": "run", "n": 3}
+    assert run_cached(name, a, fn="other") == {"fn": "other", "n": 2}
+    assert run_cached(name, a, fn="run_upload", payload=b"one") == {"fn": "upload", "bytes": b"one"}
+    assert run_cached(name, a, fn="run_upload", payload=b"two") == {"fn": "upload", "bytes": b"two"}
+    assert run_cached(name, a, fn="run_upload", payload=b"one") == {"fn": "upload", "bytes": b"one"}
+    assert len(calls) == 5
+
+
+def test_refused_inputs_become_a_message_not_a_traceback(fake_engine, monkeypatch):
+    import types
+
+    from components import runner
+
+    name, calls = fake_engine
+    errors = []
+    monkeypatch.setattr(runner.st, "error", lambda msg, **kw: errors.append(msg))
+    monkeypatch.setattr(runner.st, "caption", lambda msg, **kw: None)
+    assert runner.run_or_message(name, Demo(), fn="refuse") is None
+    assert errors == ["that file has no rows"]
+
+    def upload(data):
+        return types.SimpleNamespace(name="f.csv", size=len(data), getvalue=lambda: data)
+
+    assert runner.run_on_upload(name, Demo(), upload(b"x" * 11), 10, "Reading", "demo data") is None
+    assert len(errors) == 2 and "limit" in errors[1] and calls == []
+    assert runner.run_on_upload(name, Demo(), upload(b"x" * 10), 10, "Reading", "demo data") == {
+        "fn": "upload", "bytes": b"x" * 10}
+    assert runner.run_on_upload(name, Demo(), None, 10, "Reading", "demo data") is None
+
+
+def test_result_store_evicts_the_least_recently_used_and_counts_bytes():
+    import pickle
+
+    from components.runner import ResultStore
+
+    store = ResultStore(max_entries=2, max_bytes=10_000)
+    store.put(("a",), 1)
+    store.put(("b",), 2)
+    assert store.get(("a",)) == 1                       # a is now the most recently used
+    store.put(("c",), 3)
+    assert store.get(("b",)) is None and store.get(("a",)) == 1 and store.get(("c",)) == 3 and len(store) == 2
+    store = ResultStore(max_entries=5, max_bytes=10_000)
+    for _ in range(50):                                  # rewriting a key does not add up its bytes
+        store.put(("k",), "v" * 100)
+    assert store.nbytes == len(pickle.dumps("v" * 100, protocol=pickle.HIGHEST_PROTOCOL))
+    for k in range(5):
+        store.put((k,), "w" * 1000)
+    assert len(store) == 5 and store.get(("k",)) is None
+    store.clear()
+    assert len(store) == 0 and store.nbytes == 0

@@ -360,6 +360,14 @@ def test_revision_follows_code_and_assets_but_not_comments(tmp_path):
     (assets / "sub" / "extra.json").write_text("{}")
     changed.append(revision_of(mod, assets))
     assert base not in changed and len(set(changed)) == len(changed)
+    # a sibling imported as ``from engine import other`` counts too (spectral_rewiring imports graphs that way)
+    other = engine_dir / "other.py"
+    other.write_text("K = 1\n")
+    mod.write_text(mod.read_text().replace("from engine.helper import g", "from engine.helper import g\n"
+                                                                        "from engine import other as O"))
+    before = revision_of(mod, assets)
+    other.write_text("K = 2\n")
+    assert revision_of(mod, assets) != before
     # every registered page has a revision, and different engines have different ones
     revs = {p.slug: page_revision(p.slug) for p in BUILT}
     assert all(revs.values()) and len(set(revs.values())) == len(revs)
