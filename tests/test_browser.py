@@ -410,6 +410,42 @@ def test_back_and_forward_buttons_restore_the_settings(server, driver):
     until("bilinear_mlp", ("8", "8"), "the menu link must bring the page back as it was left")
 
 
+def test_share_link_follows_a_view_change_at_once(server, driver):
+    """Pick another view (a view-only radio drawn below the sidebar's share link): the address bar and the link in
+    "Copy link to this view" must both name the new view right away, not one rerun later."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    base, _ = server
+    driver.get(f"{base}/densematcher")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    radio = next(r for r in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stRadio']")
+                 if "Colour the target through" in r.text)
+    next(lab for lab in radio.find_elements(By.CSS_SELECTOR, "label")
+         if "nearest vertex in xyz" in lab.text).click()
+
+    def shared_link() -> str:
+        box = next(e for e in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stExpander']")
+                   if "Copy link to this view" in e.text)
+        if not box.find_elements(By.CSS_SELECTOR, "[data-testid='stCode']"):
+            box.find_element(By.CSS_SELECTOR, "summary").click()
+            time.sleep(0.5)
+        return box.find_element(By.CSS_SELECTOR, "[data-testid='stCode']").get_attribute("textContent")
+
+    deadline, link = time.time() + PAGE_TIMEOUT, ""
+    while time.time() < deadline:
+        try:
+            if "view=xyz" in driver.current_url:
+                _wait_rendered(driver, PAGE_TIMEOUT)
+                link = shared_link()
+                break
+        except (WebDriverException, StopIteration):
+            pass
+        time.sleep(0.5)
+    assert "view=xyz" in driver.current_url, driver.current_url
+    assert "view=xyz" in link and "view=refined" not in link, link
+
+
 def test_gallery_search_is_a_link_and_survives_back(server, driver):
     """/?q=... opens the gallery filtered; after opening a card's page, Back returns to the filtered gallery."""
     from selenium.webdriver.common.by import By
