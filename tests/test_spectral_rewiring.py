@@ -337,3 +337,292 @@ def test_class_features_have_orthonormal_means_and_the_requested_noise(noise):
     resid = X - means[labels]
     assert resid.std() == pytest.approx(noise, rel=0.02)
     assert abs(resid.mean()) < 0.05 * noise
+
+
+# ----------------------------------------------------------------------------- second round
+
+
+def test_greedy_recomputes_the_fiedler_pair_before_every_pair_of_flips():
+    """Replays the greedy with a dense eigensolver: before each (addition, deletion) pair the Fiedler pair of the
+    current graph is recomputed, the addition is the best-scoring untouched non-edge and the deletion the
+    best-scoring (negated) untouched edge whose two ends keep a neighbour."""
+    A, _ = G.sbm_adjacency([18, 18], 0.3, 0.04, np.random.default_rng(11))
+    for direction in (+1, -1):
+        added, removed = eng.spectral_greedy(A, 4, direction, tol=1e-12)
+        Ad = A.toarray()
+        n = Ad.shape[0]
+        touched = np.zeros((n, n), bool)
+        for k in range(4):
+            d = Ad.sum(1)
+            Lsym = np.eye(n) - Ad / np.sqrt(np.outer(d, d))
+            w, V = np.linalg.eigh(Lsym)
+            x = V[:, 1] / np.sqrt(d)
+            x /= np.sqrt(np.sum(d * x * x))
+            S = direction * eng.flip_scores(x, w[1])
+            iu, ju = np.triu_indices(n, k=1)
+            ok = ~touched[iu, ju]
+            p = int(np.where(ok & (Ad[iu, ju] == 0), S[iu, ju], -np.inf).argmax())
+            assert tuple(added[k]) == (iu[p], ju[p]), (direction, k)
+            u, v = iu[p], ju[p]
+            Ad[u, v] = Ad[v, u] = 1
+            touched[u, v] = True
+            d = Ad.sum(1)
+            ok = ~touched[iu, ju] & (Ad[iu, ju] > 0) & (d[iu] >= 2) & (d[ju] >= 2)
+            q = int(np.where(ok, -S[iu, ju], -np.inf).argmax())
+            assert tuple(removed[k]) == (iu[q], ju[q]), (direction, k)
+            u, v = iu[q], ju[q]
+            Ad[u, v] = Ad[v, u] = 0
+            touched[u, v] = True
+
+
+def _sparse_graph(seed=3):
+    g = G.attributed_sbm(60, 3, 0.08, 0.01, 1.0, 1.0, np.random.default_rng(seed))
+    return g, G.louvain(g.A, seed=0)
+
+
+@pytest.mark.parametrize("strengthen", [True, False])
+def test_comma_never_isolates_a_node_and_is_random(strengthen):
+    """On a sparse graph with a budget as large as the edge count, ComMa's deletions stop before any node loses
+    its last neighbour; the additions are a random sample of the pool, not its first entries."""
+    g, comm = _sparse_graph()
+    E = G.edge_list(g.A).shape[0]
+    add, rem = eng.comma(g.A, comm, E, strengthen, np.random.default_rng(0))
+    B = G.apply_edits(g.A, add, rem)
+    assert G.degrees(B).min() >= 1
+    assert len({tuple(e) for e in rem.tolist()}) == len(rem)
+    add2, rem2 = eng.comma(g.A, comm, 5, strengthen, np.random.default_rng(1))
+    add3, rem3 = eng.comma(g.A, comm, 5, strengthen, np.random.default_rng(2))
+    assert {tuple(e) for e in add2.tolist()} != {tuple(e) for e in add3.tolist()}
+    assert {tuple(e) for e in rem2.tolist()} != {tuple(e) for e in rem3.tolist()}
+    # the additions are spread over the pool: their first nodes are not all the smallest ids
+    add4, _ = eng.comma(g.A, comm, 10, strengthen, np.random.default_rng(3))
+    assert add4[:, 0].max() > 10
+
+
+@pytest.mark.parametrize("seed,n,k,p_in,p_out", [(1, 60, 4, 0.1, 0.02), (6, 40, 2, 0.1, 0.04),
+                                                 (20, 60, 3, 0.08, 0.01)])
+def test_comfy_never_isolates_a_node(seed, n, k, p_in, p_out):
+    """Deletions in one community block count against a node's degree in the next block too (sparse graphs where
+    a node's last edges lie in two different blocks)."""
+    g = G.attributed_sbm(n, k, p_in, p_out, 1.0, 1.0, np.random.default_rng(seed))
+    comm = G.louvain(g.A, seed=0)
+    add, rem = eng.comfy(g.A, g.X, comm, G.edge_list(g.A).shape[0])
+    assert len(rem) > 0
+    B = G.apply_edits(g.A, add, rem)
+    assert G.degrees(B).min() >= 1
+
+
+@pytest.mark.parametrize("case", ["noisy", "clean"])
+def test_feast_brute_force(case):
+    """FeaSt, written out with loops: add the budget most cosine-similar non-adjacent pairs among those above the
+    mean edge similarity, delete the least similar edges below it, skipping one that would isolate a node. In the
+    'clean' graph (near-complete blocks, tight features) fewer non-edges than the budget beat the edges' mean."""
+    if case == "noisy":
+        n, budget = 50, 25
+        g = G.attributed_sbm(n, 3, 0.15, 0.03, 0.6, 1.0, np.random.default_rng(6))
+    else:
+        n, budget = 40, 60
+        g = G.attributed_sbm(n, 2, 0.9, 0.0, 1.0, 0.3, np.random.default_rng(0))
+    Ad = g.A.toarray() > 0
+    Xn = g.X / np.linalg.norm(g.X, axis=1, keepdims=True)
+    S = Xn @ Xn.T
+    edges = [(u, v) for u in range(n) for v in range(u + 1, n) if Ad[u, v]]
+    mean = np.mean([S[u, v] for u, v in edges])
+    non = [(u, v) for u in range(n) for v in range(u + 1, n) if not Ad[u, v] and S[u, v] > mean]
+    want_add = sorted(non, key=lambda e: -S[e])[:budget]
+    deg = Ad.sum(1).copy()
+    want_rem = []
+    for u, v in sorted([e for e in edges if S[e] < mean], key=lambda e: S[e]):
+        if len(want_rem) == budget:
+            break
+        if deg[u] >= 2 and deg[v] >= 2:
+            want_rem.append((u, v))
+            deg[u] -= 1
+            deg[v] -= 1
+    add, rem = eng.feast(g.A, g.X, budget)
+    assert case == "noisy" or len(want_add) < budget
+    assert [tuple(e) for e in add.tolist()] == want_add
+    assert [tuple(e) for e in rem.tolist()] == want_rem
+
+
+def test_allocate_is_proportional_with_largest_remainders_and_caps():
+    al = eng._allocate
+    assert al(5, np.array([3.0, 1.0]), np.array([99, 99])).tolist() == [4, 1]        # 3.75 / 1.25
+    assert al(10, np.array([1.0, 1.0, 1.0]), np.array([99, 99, 99])).sum() == 10
+    assert al(10, np.array([1.0, 1.0]), np.array([2, 100])).tolist() == [2, 8]      # the cap spills over
+    assert al(10, np.array([1.0, 1.0]), np.array([2, 3])).tolist() == [2, 3]        # not enough room
+    assert al(7, np.array([0.0, 1.0]), np.array([9, 9])).tolist() == [0, 7]
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        w = rng.random(5) * (rng.random(5) > 0.2)
+        caps = rng.integers(0, 15, 5)
+        k = int(rng.integers(0, 40))
+        a = al(k, w, caps)
+        assert np.all(a <= caps) and np.all(a >= 0) and np.all(a[w == 0] == 0)
+        assert a.sum() == min(k, caps[w > 0].sum())
+
+
+def test_small_graph_spectral_gap_matches_networkx():
+    """Graphs under 12 nodes take the dense branch: lambda_2 of the normalised Laplacian, as networkx gives it."""
+    for seed in range(6):
+        A, _ = G.sbm_adjacency([5, 5], 0.7, 0.2, np.random.default_rng(seed))
+        nxg = nx.from_scipy_sparse_array(A)
+        ref = np.sort(np.linalg.eigvalsh(nx.normalized_laplacian_matrix(nxg).toarray()))[1]
+        lam, x = G.fiedler(A)
+        assert lam == pytest.approx(max(ref, 0.0), abs=1e-9)
+        d = G.degrees(A)
+        L = np.eye(10) - A.toarray() / np.sqrt(np.outer(d, d))
+        f = np.sqrt(d) * x
+        np.testing.assert_allclose(L @ f, lam * f, atol=1e-9)
+    assert G.spectral_gap(nx.to_scipy_sparse_array(nx.path_graph(6))) == pytest.approx(1 - np.cos(np.pi / 5))
+
+
+def test_aligned_labels_follow_the_block_at_the_requested_rate():
+    blocks = np.repeat(np.arange(4), 5000)
+    for a in (0.0, 0.25, 0.8):
+        lab = G.aligned_labels(blocks, a, 4, np.random.default_rng(1))
+        assert np.mean(lab == blocks) == pytest.approx(a + (1 - a) / 4, abs=0.015)
+
+
+def test_sbm_edge_densities():
+    sizes = [150, 150]
+    A, blocks = G.sbm_adjacency(sizes, 0.1, 0.02, np.random.default_rng(0), connect_isolated=False)
+    Ad = A.toarray()
+    same = blocks[:, None] == blocks[None, :]
+    iu = np.triu(np.ones_like(Ad, bool), 1)
+    assert Ad[iu & same].mean() == pytest.approx(0.1, rel=0.08)
+    assert Ad[iu & ~same].mean() == pytest.approx(0.02, rel=0.12)
+
+
+@pytest.fixture(scope="module")
+def spied_small_run():
+    """A one-seed run with the GCN trainer's inputs recorded (the real trainer still runs)."""
+    mp = pytest.MonkeyPatch()
+    rec = {}
+    orig = G.train_gcns
+
+    def spy(adjs, feats, labs, trs, vas, tes, **kw):
+        rec.update(adjs=adjs, feats=feats, labs=labs, trs=trs, vas=vas, tes=tes)
+        return orig(adjs, feats, labs, trs, vas, tes, **kw)
+
+    mp.setattr(G, "train_gcns", spy)
+    # no links between blocks: ComMa-strengthen finds few edges between communities to delete
+    c = eng.Config(n_nodes=120, budget=20, n_seeds=1, epochs=50, p_out=0.0)
+    try:
+        res = eng.run(c)
+    finally:
+        mp.undo()
+    return c, res, rec
+
+
+def test_run_scores_the_gcns_on_held_out_nodes(spied_small_run):
+    c, res, rec = spied_small_run
+    n = c.n_nodes
+    for tr, va, te in zip(rec["trs"], rec["vas"], rec["tes"]):
+        tr, va, te = set(tr.tolist()), set(va.tolist()), set(te.tolist())
+        assert len(tr) == int(eng.TRAIN_FRAC * n) and len(va) == int(0.2 * n)
+        assert not (tr & va) and not (tr & te) and not (va & te) and len(tr | va | te) == n
+
+
+def test_run_regimes_share_the_topology_and_the_feature_noise(spied_small_run):
+    """Both labelings live on one graph and their features share one noise draw: features differ exactly at the
+    nodes whose labels differ (by the difference of two unit class means)."""
+    c, res, rec = spied_small_run
+    M = len(eng.METHODS)
+    X_al, X_mis = rec["feats"][0], rec["feats"][M]
+    y_al, y_mis = rec["labs"][0], rec["labs"][M]
+    assert (rec["adjs"][0] != rec["adjs"][M]).nnz == 0
+    same = y_al == y_mis
+    assert 0 < same.sum() < len(same)
+    np.testing.assert_array_equal(X_al[same], X_mis[same])
+    assert np.allclose(np.linalg.norm(X_al[~same] - X_mis[~same], axis=1), np.sqrt(2), atol=1e-5)
+
+
+def test_reported_statistics_match_the_drawn_graphs(default_result):
+    """For the first seed (whose edits are stored), rebuild every rewired graph and recount: spectral gap
+    against a dense eigensolver, homophily with the regime's labels, modularity of the Louvain partition, NMI
+    against scikit-learn; the edit counts are the stored edits' lengths."""
+    from sklearn.metrics import normalized_mutual_info_score
+
+    r = default_result
+    n = r.labels.shape[1]
+    A = G.from_edges(r.edges, n)
+    for ri, reg in enumerate(r.regimes):
+        assert r.nmi[ri, 0] == pytest.approx(normalized_mutual_info_score(r.communities, r.labels[ri]), abs=1e-9)
+        for mi, m in enumerate(r.methods):
+            add, rem = r.added[f"{reg}/{m}"], r.removed[f"{reg}/{m}"]
+            B = G.apply_edits(A, add, rem)
+            Bd = B.toarray()
+            d = Bd.sum(1)
+            lam = np.linalg.eigvalsh(np.eye(n) - Bd / np.sqrt(np.outer(d, d)))[1]
+            assert r.gap[ri, mi, 0] == pytest.approx(lam, abs=1e-6), (reg, m)
+            e = G.edge_list(B)
+            assert r.homophily[ri, mi, 0] == pytest.approx(np.mean(r.labels[ri][e[:, 0]] == r.labels[ri][e[:, 1]]))
+            parts = [set(np.flatnonzero(r.communities == k).tolist()) for k in np.unique(r.communities)]
+            assert r.modularity[ri, mi, 0] == pytest.approx(
+                nx.community.modularity(nx.from_scipy_sparse_array(B), parts), abs=1e-9)
+            assert (r.n_added[ri, mi, 0], r.n_removed[ri, mi, 0]) == (len(add), len(rem))
+
+
+def test_community_methods_are_charged_the_louvain_time(default_result):
+    r = default_result
+    for m in ("comma_weaken", "comma_strengthen", "comfy"):
+        assert np.all(r.rewire_time[:, r.methods.index(m)] >= r.comm_detect_time[None, :])
+
+
+def _fake_result(gap_none, gap_max, gap_min, gap_w, gap_s, mod_none=0.5, mod_max=0.4, mod_min=0.6, hom=None,
+                 acc=None):
+    """A Result with one seed and chosen statistics, for checking the metrics and the badges."""
+    R, M, S = 2, len(eng.METHODS), 1
+    gap = np.zeros((R, M, S))
+    mod = np.full((R, M, S), 0.5)
+    for m, v in (("none", gap_none), ("spec_max", gap_max), ("spec_min", gap_min), ("comma_weaken", gap_w),
+                 ("comma_strengthen", gap_s)):
+        gap[:, eng.METHODS.index(m)] = v
+    for m, v in (("none", mod_none), ("spec_max", mod_max), ("spec_min", mod_min)):
+        mod[:, eng.METHODS.index(m)] = v
+    return eng.Result(methods=list(eng.METHODS), regimes=list(eng.REGIMES), gap=gap,
+                      homophily=np.full((R, M, S), 0.5) if hom is None else hom, modularity=mod,
+                      accuracy=np.full((R, M, S), 0.5) if acc is None else acc,
+                      n_added=np.zeros((R, M, S)), n_removed=np.zeros((R, M, S)),
+                      rewire_time=np.ones((R, M, S)), comm_detect_time=np.zeros(S), nmi=np.zeros((R, S)),
+                      pos=np.zeros((1, 2)), edges=np.zeros((0, 2), int), labels=np.zeros((2, 1), int),
+                      communities=np.zeros(1, int), blocks=np.zeros(1, int))
+
+
+def test_agreement_metrics_need_a_strict_change():
+    """Direction agreement counts a case only if the spectral method moved lambda_2 the intended way and ComMa
+    moved it the same way; unchanged modularity is no 'weakening'."""
+    m = eng._metrics(_fake_result(0.1, 0.2, 0.05, 0.15, 0.08))
+    assert m["direction_agreement"] == 1.0 and m["community_strength_agreement"] == 1.0
+    m = eng._metrics(_fake_result(0.1, 0.1, 0.1, 0.1, 0.1))              # nothing moved
+    assert m["direction_agreement"] == 0.0
+    m = eng._metrics(_fake_result(0.1, 0.2, 0.05, 0.05, 0.08))           # ComMa weaken moved the wrong way
+    assert m["direction_agreement"] == 0.5
+    m = eng._metrics(_fake_result(0.1, 0.2, 0.05, 0.15, 0.08, mod_max=0.5, mod_min=0.5))
+    assert m["community_strength_agreement"] == 0.0
+
+
+def test_feature_margins_use_the_weaker_homophily_and_the_better_accuracy():
+    R, M = 2, len(eng.METHODS)
+    hom = np.full((R, M, 1), 0.3)
+    acc = np.full((R, M, 1), 0.3)
+    i = eng.METHODS.index
+    hom[1, i("feast")], hom[1, i("comfy")], hom[1, i("comma_strengthen")] = 0.5, 0.35, 0.32
+    acc[1, i("feast")], acc[1, i("comfy")], acc[1, i("comma_strengthen")], acc[1, i("comma_weaken")] = \
+        0.4, 0.6, 0.45, 0.5
+    m = eng._metrics(_fake_result(0.1, 0.2, 0.05, 0.15, 0.08, hom=hom, acc=acc))
+    assert m["hom_margin_mis"] == pytest.approx(0.35 - 0.32)
+    assert m["margin_mis_feature_over_strengthen"] == pytest.approx(0.6 - 0.45)
+    assert m["margin_mis_feature_over_best_comma"] == pytest.approx(0.6 - 0.5)
+
+
+def test_edit_counts_follow_the_stored_edits_when_a_method_falls_short(spied_small_run):
+    c, res, rec = spied_small_run
+    counts = []
+    for ri, reg in enumerate(res.regimes):
+        for mi, m in enumerate(res.methods):
+            add, rem = res.added[f"{reg}/{m}"], res.removed[f"{reg}/{m}"]
+            assert (res.n_added[ri, mi, 0], res.n_removed[ri, mi, 0]) == (len(add), len(rem)), (reg, m)
+            counts.append((len(add), len(rem)))
+    assert any(a != r for a, r in counts)       # the case this checks: fewer deletions than additions
