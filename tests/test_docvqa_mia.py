@@ -199,8 +199,13 @@ def test_loss_threshold_baseline(default_result):
     np.testing.assert_array_equal(pred, [True, False, True])
 
 
-def test_sweeps_fall_toward_chance():
-    sr = eng.sweep(eng.Config(n_docs=200))
+@pytest.fixture(scope="module")
+def sweep_200():
+    return eng.sweep(eng.Config(n_docs=200))
+
+
+def test_sweeps_fall_toward_chance(sweep_200):
+    sr = sweep_200
     assert list(sr.train_docs) == [100, 200, 400, 800, 1600]
     for c in eng.sweep_claims(sr):
         assert c.passed, c.describe()
@@ -305,3 +310,120 @@ def test_gradient_noise_has_the_documented_scale(monkeypatch):
     for g in seen:
         expected = math.sqrt(g.numel()) * sigma * eng.DP_CLIP / 128
         assert abs(float(g.norm()) - expected) <= eng.DP_CLIP + 0.05 * expected
+
+
+# ------------------------------------------------------------------ second mutation round: what the page shows
+@pytest.fixture(scope="module")
+def rebuilt():
+    """The default run's target, proxy and per-pair features rebuilt outside run(): same seeds, same calls."""
+    from engine.core.nn import set_cpu_threads
+
+    cfg = eng.Config()
+    set_cpu_threads(1)
+    rng = eng.seed_everything(cfg.seed, torch_too=True)
+    dev = torch.device("cpu")
+    n, q = cfg.n_docs, cfg.questions
+    values, ocr, emb, fields, member = eng.make_documents(rng, n, cfg.p_read, q)
+    pairs = eng._pairs(np.arange(n), fields, values, ocr, emb)
+    tr = eng._pairs(np.nonzero(member)[0], fields, values, ocr, emb)
+    target = eng._model(1000 + cfg.seed)
+    eng.train_model(target, tr[4], tr[1], tr[3], tr[2], cfg.epochs, cfg.weight_decay, cfg.seed, dev)
+    h, z0 = eng.head_inputs(target, pairs[4], pairs[1], pairs[3], dev)
+    steps, dist, _ = eng.fit_features(h, z0, pairs[2], cfg.attack_lr, cfg.tau, cfg.max_steps)
+    answer = np.argmax(z0, 1)
+    proxy = eng._model(eng.proxy_init_seed(cfg.seed))
+    eng.train_model(proxy, pairs[4], pairs[1], pairs[3], answer, cfg.epochs, 0.0, cfg.seed + 1, dev)
+    ph, pz0 = eng.head_inputs(proxy, pairs[4], pairs[1], pairs[3], dev)
+    psteps, pdist, _ = eng.fit_features(ph, pz0, pairs[2], cfg.attack_lr, cfg.tau, cfg.max_steps)
+    return {"cfg": cfg, "member": member, "y": pairs[2], "z0": z0, "answer": answer, "steps": steps.reshape(n, q),
+            "dist": dist.reshape(n, q), "psteps": psteps.reshape(n, q), "pdist": pdist.reshape(n, q)}
+
+
+def _cross_entropy(z0, y):
+    from scipy.special import logsumexp
+
+    return logsumexp(z0, axis=1) - z0[np.arange(len(y)), y]
+
+
+def test_shown_accuracies_and_losses_match_their_rebuild(default_result, rebuilt):
+    """The caption's answer accuracies (pairs are stored document by document), the loss baseline's per-document
+    losses (cross-entropy of the TRUE answer, scipy's logsumexp) and Yeom's accuracy at the mean training loss."""
+    r, m, b = default_result, default_result.metrics, rebuilt
+    assert np.array_equal(r.membership, b["member"])
+    ok = (b["answer"] == b["y"]).reshape(-1, b["cfg"].questions)
+    assert r.train_acc["members"] == pytest.approx(ok[b["member"]].mean())
+    assert r.train_acc["non-members"] == pytest.approx(ok[~b["member"]].mean())
+    assert r.train_acc["members"] > r.train_acc["non-members"] + 0.2          # memorised (measured 0.68 vs 0.25)
+    doc_loss = _cross_entropy(b["z0"], b["y"]).reshape(-1, b["cfg"].questions).mean(1)
+    np.testing.assert_allclose(r.doc_loss, doc_loss, rtol=1e-9)
+    threshold = doc_loss[b["member"]].mean()                 # mean training loss (equal questions per document)
+    assert m["acc_loss"] == pytest.approx(np.mean((doc_loss < threshold) == b["member"]))
+
+
+def test_boxes_single_question_auc_and_decisions_match_their_rebuild(default_result, rebuilt):
+    """The per-question distance boxes (members vs non-members), the single-question AUC (sklearn, score −Δ₁), the
+    last point of AUC-vs-questions (all Q questions: the document AUC), the white-box decisions (sklearn's KMeans on
+    the standardised descriptors, member cluster = smaller mean Δ̄) and the black-box accuracy from the proxy's
+    own features."""
+    r, m, b = default_result, default_result.metrics, rebuilt
+    mem, d = b["member"], b["dist"]
+    np.testing.assert_allclose(r.delta_pairs_member, d[mem].ravel(), rtol=1e-9)
+    np.testing.assert_allclose(r.delta_pairs_nonmember, d[~mem].ravel(), rtol=1e-9)
+    assert m["auc_single"] == pytest.approx(roc_auc_score(mem, -d[:, 0]), abs=1e-12)
+    assert len(r.auc_vs_q) == len(r.q_values) == b["cfg"].questions
+    assert list(r.q_values) == list(range(1, b["cfg"].questions + 1))
+    assert r.auc_vs_q[-1] == pytest.approx(m["auc_white"], abs=1e-12)
+    X = r.desc_white
+    lab = KMeans(2, n_init=10, random_state=0).fit((X - X.mean(0)) / X.std(0)).labels_
+    dbar = d.mean(1)
+    member_cluster = int(np.argmin([dbar[lab == c].mean() for c in (0, 1)]))
+    assert np.mean(r.pred_white == (lab == member_cluster)) > 0.99
+    assert m["acc_white"] == pytest.approx(np.mean(r.pred_white == mem))
+    pdesc, pdbar = eng.descriptors(b["psteps"].ravel(), b["pdist"].ravel(), len(mem), b["cfg"].questions,
+                                   b["cfg"].max_steps)
+    Xp = pdesc
+    plab = KMeans(2, n_init=10, random_state=0).fit((Xp - Xp.mean(0)) / Xp.std(0)).labels_
+    pc = int(np.argmin([pdbar[plab == c].mean() for c in (0, 1)]))
+    assert m["acc_black"] == pytest.approx(np.mean((plab == pc) == mem), abs=0.01)
+    assert m["acc_black"] != m["acc_white"]                   # measured 0.79 vs 0.86 at the default
+
+
+def test_chance_bars_in_the_run_are_for_the_whole_candidate_set(default_result):
+    n = eng.Config().n_docs
+    m = default_result.metrics
+    assert m["acc_chance_bar"] == pytest.approx(0.5 + 3 * 0.5 / math.sqrt(n))
+    assert m["auc_chance_bar"] == pytest.approx(eng.auc_chance_bar(n // 2, n // 2))
+
+
+@pytest.mark.parametrize("epochs", [2, 4])
+def test_epoch_curve_points_are_targets_trained_that_long(default_result, epochs):
+    """The AUC-vs-epochs curve attacks snapshots 2, 4, 8, 16 of the default run; a snapshot after e epochs is the
+    target a fresh run with epochs = e trains (same seed, same mini-batch order), so its AUC is that run's."""
+    r = default_result
+    assert list(r.epoch_values) == [2, 4, 8, 16]
+    i = list(r.epoch_values).index(epochs)
+    assert r.auc_vs_epochs[i] == pytest.approx(eng.run(eng.Config(epochs=epochs)).metrics["auc_white"], abs=1e-12)
+    assert r.metrics["auc_epoch_first"] == r.auc_vs_epochs[0] and r.auc_vs_epochs[-1] == r.metrics["auc_white"]
+
+
+def test_documents_have_distinct_fields_and_half_are_members():
+    rng = np.random.default_rng(5)
+    values, ocr, emb, fields, member = eng.make_documents(rng, 300, 0.7, 6)
+    assert member.sum() == 150
+    assert all(len(set(row)) == 6 for row in fields.tolist())
+    # the OCR reads a field right with probability p_read, or by luck 1/VOCAB
+    assert np.mean(ocr == values) == pytest.approx(0.7 + 0.3 / eng.VOCAB, abs=0.02)
+
+
+def test_sweep_summary_numbers_are_read_off_the_plotted_curves(sweep_200):
+    """The sweep badges' details and the caption quote drops from the plotted curves: first point minus last."""
+    sr = sweep_200
+    m = sr.metrics
+    for key, curve, name in (("size_drop", sr.auc_size, "white-box DocMIA"), ("wd_drop", sr.auc_wd, "white-box DocMIA")):
+        assert m[f"{key}_white"] == pytest.approx(curve[name][0] - curve[name][-1], abs=1e-12)
+    for key, curve in (("size_drop", sr.auc_size), ("wd_drop", sr.auc_wd)):
+        assert m[f"{key}_black"] == pytest.approx(curve["black-box DocMIA (proxy)"][0]
+                                                  - curve["black-box DocMIA (proxy)"][-1], abs=1e-12)
+        assert m[f"{key}_loss"] == pytest.approx(curve["loss threshold"][0] - curve["loss threshold"][-1], abs=1e-12)
+    assert m["largest_train_docs"] == sr.train_docs[-1]
+    assert m["auc_white_largest_wd"] == sr.auc_wd["white-box DocMIA"][-1]

@@ -443,3 +443,171 @@ def test_rf_loss_balances_frames():
     gain = torch.ones(z1.shape[-1])
     gain[3] = 1000.0
     assert rf(z0 * gain, z1 * gain, err * gain) == pytest.approx(rf(z0, z1, err), rel=1e-4)
+
+
+# ------------------------------------------------------------------ second mutation round: what the page shows
+def _scipy_mag(x):
+    """|STFT| on the engine's scale from scipy (periodic Hann, hop 64, zero-padded centring), bins 0..127."""
+    from scipy.signal import get_window
+    from scipy.signal import stft as sp_stft
+
+    win = get_window("hann", eng.N_FFT)
+    _, _, Z = sp_stft(np.asarray(x, np.float64), window=win, nperseg=eng.N_FFT, noverlap=eng.N_FFT - eng.HOP,
+                      boundary="zeros", padded=False)
+    return Z[: eng.N_BINS] * win.sum() / math.sqrt(eng.N_FFT)
+
+
+def test_lsd_matches_a_scipy_reference():
+    """LSD = mean over frames of the RMS over bins 0..127 of the dB difference, with scipy's STFT as reference."""
+    ref, est = eng.synth_clip(2), eng.synth_clip(5)
+    a = np.maximum(np.abs(_scipy_mag(ref)), eng.FLOOR)
+    b = np.maximum(np.abs(_scipy_mag(est)), eng.FLOOR)
+    assert a.shape == (eng.N_BINS, eng.N_FRAMES)
+    d = 20 * np.log10(a / b)
+    expected = np.mean([np.sqrt(np.mean(d[:, t] ** 2)) for t in range(d.shape[1])])
+    assert eng.lsd(ref, est) == pytest.approx(expected, rel=1e-3)
+
+
+def test_istft_inverts_stft_to_float_precision():
+    x = eng.synth_clip(6).astype(np.float64)
+    y = eng.istft(eng.stft(x))
+    assert y.shape == x.shape and np.linalg.norm(y - x) / np.linalg.norm(x) < 1e-5
+    # the 128-bin form (Nyquist bin dropped) loses only what lies at 4 kHz
+    assert np.linalg.norm(eng.istft(eng.stft(x)[: eng.N_BINS]) - x) / np.linalg.norm(x) < 1e-2
+
+
+def test_shown_spectrograms_are_db_of_the_waveforms(default_result):
+    for name, wav in default_result.audio.items():
+        ref = 20 * np.log10(np.maximum(np.abs(_scipy_mag(wav)), eng.FLOOR))
+        got = default_result.spec_db[name]
+        loud = ref > -80
+        assert loud.mean() > 0.2
+        np.testing.assert_allclose(got[loud], ref[loud], atol=0.02, err_msg=name)
+
+
+def test_trajectory_panel_follows_the_loudest_cell_and_ends_at_the_sample(default_result):
+    """Panel 4: the traced cell is the loudest (bin, frame) of the shown clip's STFT, the star is its true value, the
+    paths hold N + 1 points (z0, then one per Euler step) and the N = 10 path ends at the sampler's output there."""
+    r = default_result
+    S = eng.stft(r.audio["original"])[: eng.N_BINS]
+    fbin, fr = np.unravel_index(int(np.argmax(np.abs(S))), S.shape)
+    assert r.traj_point == (fr, fbin)
+    assert abs(r.traj_target - S[fbin, fr]) <= 1e-6 * abs(S[fbin, fr])
+    assert sorted(r.traj) == [4, 10, 50] and all(len(r.traj[n]) == n + 1 for n in r.traj)
+    voc = eng.load_vocoder()
+    _, mel = voc.prepare([eng.synth_clip(i) for i in range(r.config.n_eval)])
+    out = voc.sample(mel, grid=voc.grid("straightness", 10), noise_seed=r.config.seed)
+    end = out[0][fbin, fr]
+    assert abs(r.traj[10][-1] - end) <= 1e-4 * abs(end) + 1e-7
+
+
+@pytest.fixture(scope="module")
+def n10_and_n4():
+    """The default run's comparison samples rebuilt with the vocoder: straightness grid, N = 10 (seed 0) and N = 4
+    (seeds 0 and 1), on the claim clips 0 and 1."""
+    voc = eng.load_vocoder()
+    clips = [eng.synth_clip(i) for i in range(eng.Config().n_eval)]
+    _, mel = voc.prepare(clips)
+    out = {(n, s): voc.sample(mel, grid=voc.grid("straightness", n), noise_seed=s) for n, s in ((10, 0), (4, 0), (4, 1))}
+    return clips, mel, out
+
+
+def test_straightness_numbers_match_their_rebuild(default_result, n10_and_n4):
+    """The quality-vs-steps points are noise seed 0 (the title says so) and the N = 4 claim averages seeds 0 and 1."""
+    clips, _, out = n10_and_n4
+    m, sw = default_result.metrics, default_result.sweep
+    lsd = {k: np.mean([eng.lsd(c, eng.istft(o)) for c, o in zip(clips, v)]) for k, v in out.items()}
+    assert sw["straightness"][4] == pytest.approx(lsd[(4, 0)], rel=1e-4)
+    assert m["lsd_straight4"] == pytest.approx(0.5 * (lsd[(4, 0)] + lsd[(4, 1)]), rel=1e-4)
+    assert sw["straightness"][10] == m["lsd_n10"] == pytest.approx(lsd[(10, 0)], rel=1e-4)
+    assert sw["uniform"][50] == m["lsd_n50"] and sw["uniform"][1] == m["lsd_n1"]
+
+
+def test_diagnosis_box_is_measured_on_the_n10_samples(default_result, n10_and_n4):
+    clips, mel, out = n10_and_n4
+    mel_np = mel.numpy()
+    diag = [eng.spectral_diagnosis(c, o, eng._griffin_lim(mel_np[i], 10, seed=0)) for i, (c, o)
+            in enumerate(zip(clips, out[(10, 0)]))]
+    for k in diag[0]:
+        assert default_result.metrics[f"diag_{k}"] == pytest.approx(np.mean([d[k] for d in diag]), rel=1e-3, abs=1e-4), k
+
+
+def test_every_recorded_default_metric_matches_a_fresh_run(default_result):
+    meta = eng.load_vocoder().meta
+    keys = [k[len("default_"):] for k in meta if k.startswith("default_") and k != "default_claims_passed"]
+    assert {"lsd_n1", "lsd_reversed4", "lsd_shown", "lsd_gl_shown"} <= set(keys)
+    for k in keys:
+        assert abs(meta[f"default_{k}"] - default_result.metrics[k]) < 1e-3, k
+
+
+def test_metrics_table_of_another_clip_is_measured_on_that_clip():
+    """With clip 3 shown (outside the claim clips), the audio, both LSDs and the log-Mel L1 of the metrics table are
+    those of clip 3's waveforms, recomputed from the returned audio."""
+    r = eng.run(eng.Config(clip=3, n_eval=1))
+    orig = r.audio["original"]
+    np.testing.assert_array_equal(orig, eng.synth_clip(3))
+    mel0 = eng.log_mel(eng.stft(orig))
+    for row, name in zip(r.table, ("RFWave", "Griffin-Lim")):
+        assert row["LSD (dB)"] == pytest.approx(eng.lsd(orig, r.audio[name]), rel=1e-5)
+        assert row["log-Mel L1"] == pytest.approx(np.mean(np.abs(eng.log_mel(eng.stft(r.audio[name])) - mel0)),
+                                                  rel=1e-4)
+    assert r.metrics["lsd_shown"] == r.table[0]["LSD (dB)"] and r.metrics["lsd_gl_shown"] == r.table[1]["LSD (dB)"]
+
+
+def test_phase_advance_error_matches_a_loop():
+    """adv_err: on the loudest 2 % of the true cells at frame t ≥ 1, |wrapped (advance of the re-analysed estimate −
+    true advance)| between frames t − 1 and t, with scipy's STFT for the re-analysis and loops over cells."""
+    clip = eng.synth_clip(7)
+    S = eng.stft(clip)[: eng.N_BINS]
+    rng = np.random.default_rng(1)
+    G = S * np.exp(1j * rng.uniform(-1.0, 1.0, S.shape))
+    gl = clip + 0.05 * rng.standard_normal(len(clip))
+    T = _scipy_mag(clip)
+    a = np.abs(T)
+    thr = np.quantile(a, 1 - eng.LOUD_SHARE)
+
+    def ref(wave):
+        E = _scipy_mag(wave)
+        errs = []
+        for k in range(eng.N_BINS):
+            for t in range(1, T.shape[1]):
+                if a[k, t] >= thr:
+                    d = np.angle(E[k, t] * np.conj(E[k, t - 1])) - np.angle(T[k, t] * np.conj(T[k, t - 1]))
+                    errs.append(abs((d + np.pi) % (2 * np.pi) - np.pi))
+        return np.mean(errs)
+
+    d = eng.spectral_diagnosis(clip, G, gl)
+    assert d["adv_err"] == pytest.approx(ref(eng.istft(G)), rel=2e-3)
+    assert d["adv_err_gl"] == pytest.approx(ref(gl), rel=2e-3)
+
+
+def test_loud_gap_reads_exactly_the_loudest_two_percent():
+    # quieting the loudest 3 % by 20 dB: the loudest 2 % (a subset) read +20 dB; a wider set would dilute it
+    clip = eng.synth_clip(4)
+    S = eng.stft(clip)[: eng.N_BINS]
+    order = np.argsort(np.abs(S), axis=None)[::-1]
+    top = np.unravel_index(order[: int(0.03 * S.size)], S.shape)
+    G = S.copy()
+    G[top] *= 0.1
+    assert eng.spectral_diagnosis(clip, G, clip)["loud_gap_db"] == pytest.approx(20.0, abs=1e-3)
+
+
+def test_upload_mixes_both_channels():
+    # the tone is only in the right channel: a mono mix keeps it (at half level, then scaled to the peak)
+    sr = 8000
+    t = np.arange(2 * sr) / sr
+    right = 0.4 * np.sin(2 * np.pi * 700 * t)
+    clip, notes = eng.decode_upload(_encode(np.stack([np.zeros_like(right), right], axis=1), sr, subtype="FLOAT"))
+    assert np.max(np.abs(clip)) == pytest.approx(eng.UPLOAD_PEAK)
+    np.testing.assert_allclose(clip, right[: eng.N_SAMPLES] / 0.4 * eng.UPLOAD_PEAK, atol=1e-6)
+
+
+def test_upload_window_is_searched_in_eighths_of_a_second():
+    # one second of tone starting at 1.125 s: only the window starting exactly there (a multiple of 1/8 s) holds all
+    # of it; a coarser search would cut some off
+    sr = 8000
+    x = np.zeros(3 * sr)
+    x[9000:17000] = 0.3 * np.cos(2 * np.pi * 500 * np.arange(8000) / sr)
+    clip, _ = eng.decode_upload(_encode(x, sr, subtype="FLOAT"))
+    assert np.count_nonzero(clip) == np.count_nonzero(x)
+    assert clip[0] == pytest.approx(eng.UPLOAD_PEAK)
