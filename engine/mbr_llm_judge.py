@@ -62,7 +62,9 @@ def mbr_select(U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     N = U.shape[0]
     off = ~np.eye(N, dtype=bool)
     exp_u = (U * off[:, :, None]).sum(axis=1) / max(N - 1, 1)
-    return np.argmax(exp_u, axis=0), exp_u
+    # utilities such as k / 6 tie exactly in theory but not after float sums taken in different orders: compare at
+    # 12 decimals so that a tie really goes to the lowest index
+    return np.argmax(np.round(exp_u, 12), axis=0), exp_u
 
 
 def dpo_loss_grad_logits(logp_w, logp_l, ref_w, ref_l, onehot_w, onehot_l, beta: float):

@@ -386,3 +386,235 @@ def test_lorapro_adam_mlp_matches_the_spec_recipe():
     assert Ws is not None
     np.testing.assert_allclose(losses, ref, rtol=1e-5)   # δ-regularised inverses in the engine
     assert ref[-1] < ref[0]
+
+
+# ----------------------------------------------------------------------------- mutation round 2: what the page draws
+def _hand_run(p, method, lr, steps, s):
+    """Plain-numpy SGD run of one method, written from the spec with exact inverses and scipy's Sylvester solver:
+    full FT W ← W − ηg; LoRA g_A = s Bᵀg, g_B = s g Aᵀ; LoRA-Pro Thm 2.1 with the Sylvester X of Thm 2.2 (B = 0:
+    G_A = 0, G_B = s⁻¹ g Aᵀ(AAᵀ)⁻¹). Records the loss before every step and after the last, and at every step
+    both surrogates' e(t) = ‖g̃ − g‖/‖g‖ (g̃_LoRA = s²(BBᵀg + gAᵀA), g̃_pro = P_B g + g P_A − P_B g P_A).
+    Inverses as the spec prescribes (pinv(M + δI), δ = 1e-8): LoRA-Pro at the grid's largest rate is on the edge of
+    stability, where exact inverses end 0.09 vs 500 after 100 steps, and e_pro ~1e-6 is mostly that δ.
+    Returns (losses, e_lora, e_pro, final W); losses[-1] = inf when the run blew up."""
+    r = p.A0.shape[0]
+    A, B, W = p.A0.copy(), np.zeros((p.W0.shape[0], r)), p.W0.copy()
+    losses, e_lo, e_pr = [], [], []
+
+    def inv(M_):
+        return np.linalg.pinv(M_ + 1e-8 * np.eye(len(M_)))
+
+    for t in range(steps + 1):
+        if method != "full":
+            W = p.W0 + s * B @ A
+        losses.append(p.loss(W))
+        if not np.isfinite(losses[-1]) or losses[-1] > 1e6 * losses[0]:
+            return np.array(losses[:-1] + [np.inf]), None, None, None
+        if t == steps:
+            break
+        g = p.grad(W)
+        AAti = inv(A @ A.T)
+        PA = A.T @ AAti @ A
+        PB = B @ inv(B.T @ B) @ B.T if np.any(B) else np.zeros((len(B), len(B)))
+        gn = np.linalg.norm(g)
+        e_lo.append(np.linalg.norm(s**2 * (B @ B.T @ g + g @ A.T @ A) - g) / gn)
+        e_pr.append(np.linalg.norm(PB @ g + g @ PA - PB @ g @ PA - g) / gn)
+        if method == "full":
+            W = W - lr * g
+            continue
+        gA, gB = s * B.T @ g, s * g @ A.T
+        if method == "lora":
+            GA, GB = gA, gB
+        elif not np.any(B):
+            GA, GB = np.zeros_like(A), g @ A.T @ AAti / s
+        else:
+            BtBi = inv(B.T @ B)
+            X = scipy.linalg.solve_sylvester(B.T @ B, A @ A.T, -BtBi @ gA @ A.T / s**2)
+            GA = BtBi @ gA / s**2 + X @ A
+            GB = (np.eye(len(B)) - B @ BtBi @ B.T) @ gB @ AAti / s**2 - B @ X
+        A, B = A - lr * GA, B - lr * GB
+    return np.array(losses), np.array(e_lo), np.array(e_pr), W
+
+
+def _rrr_optimum(p, r):
+    """The rank-r optimum built explicitly (not through rank_floor): with M = (W_OLS − W0) Σ̂^{1/2}, the best ΔW of rank
+    r is [M]_r Σ̂^{−1/2} ([·]_r: truncated SVD). Returns that W."""
+    W_ols = np.linalg.lstsq(p.Sigma, p.Cxy.T, rcond=None)[0].T
+    lam, V = np.linalg.eigh(p.Sigma)
+    half, ihalf = (V * np.sqrt(lam)) @ V.T, (V / np.sqrt(lam)) @ V.T
+    U, sv, Vt = np.linalg.svd((W_ols - p.W0) @ half)
+    return p.W0 + (U[:, :r] * sv[:r]) @ Vt[:r] @ ihalf
+
+
+@pytest.fixture(scope="module")
+def hand_default():
+    """Every run the default linear page makes, replayed by hand: the 3 methods × 4 learning rates of the grid on the
+    main problem (its data from the run's seed) and, at each method's winning rate, 300 steps on the rank-8 twin."""
+    cfg = eng.Config()
+    p = eng.make_problem(eng.seed_everything(cfg.seed), cfg.target_rank, cfg.cond, cfg.noise, cfg.rank)
+    twin = eng.make_problem(np.random.default_rng(cfg.seed + 10_000), 8, cfg.cond, cfg.noise, cfg.rank)
+    grid = eng.LR_GRIDS["sgd"]["medium"]
+    runs = {m: [_hand_run(p, m, lr, cfg.steps, cfg.scale) for lr in grid] for m in eng.METHODS}
+    final = {m: np.array([o[0][-1] for o in runs[m]]) for m in eng.METHODS}
+    best = {m: int(np.argmin(final[m])) for m in eng.METHODS}
+    twins = {m: _hand_run(twin, m, grid[best[m]], 3 * cfg.steps, cfg.scale) for m in eng.METHODS}
+    return dict(cfg=cfg, p=p, twin=twin, grid=grid, runs=runs, final=final, best=best, twins=twins)
+
+
+def test_lr_sweep_and_loss_curves_match_a_hand_replay(default_result, hand_default):
+    """The loss chart (each method at its best rate, the rate in the legend), the final-loss-vs-lr chart and the
+    singular-value bars, against the hand replay."""
+    h, res = hand_default, default_result
+    np.testing.assert_allclose(res.lr_grid, h["grid"])
+    for m in eng.METHODS:
+        np.testing.assert_allclose(res.final_by_lr[m], h["final"][m], rtol=1e-5)
+        assert res.best_lr[m] == h["grid"][h["best"][m]], m
+        losses, _, _, W = h["runs"][m][h["best"][m]]
+        np.testing.assert_allclose(res.loss[m], losses, rtol=1e-5, err_msg=m)
+        k = len(res.sv_target)
+        np.testing.assert_allclose(res.sv_learned[m], np.linalg.svd(W - h["p"].W0, compute_uv=False)[:k],
+                                   rtol=1e-5, atol=1e-9, err_msg=m)
+    # the best rates differ between methods, so a curve drawn at the wrong rate would show
+    assert len({res.best_lr[m] for m in eng.METHODS}) > 1 or len(set(h["grid"])) == 1
+    k = max(h["cfg"].rank, h["cfg"].target_rank) + 2
+    np.testing.assert_allclose(res.sv_target, np.linalg.svd(h["p"].Wstar - h["p"].W0, compute_uv=False)[:k])
+    assert np.sum(res.sv_target > 1e-8) == h["cfg"].target_rank          # ΔW* has the chosen rank
+
+
+def test_gradient_error_curves_and_their_summary_match_a_hand_replay(default_result, hand_default):
+    """The e(t) chart follows each surrogate along its own run (LoRA's along the LoRA run, LoRA-Pro's along the
+    LoRA-Pro run), and claim 1's numbers pool both surrogates over both runs: mean e of each, and the largest
+    per-step excess e_pro − e_LoRA."""
+    h, res = hand_default, default_result
+    _, el_on_l, ep_on_l, _ = h["runs"]["lora"][h["best"]["lora"]]
+    _, el_on_p, ep_on_p, _ = h["runs"]["lorapro"][h["best"]["lorapro"]]
+    np.testing.assert_allclose(res.err["lora"], el_on_l, rtol=1e-6)
+    np.testing.assert_allclose(res.err["lorapro"], ep_on_p, rtol=1e-4, atol=1e-9)
+    m = res.metrics
+    e_l, e_p = np.r_[el_on_l, el_on_p], np.r_[ep_on_l, ep_on_p]
+    assert m["mean_err_lora"] == pytest.approx(e_l.mean(), rel=1e-6)
+    assert m["mean_err_pro"] == pytest.approx(e_p.mean(), rel=1e-4)
+    assert m["max_err_excess"] == pytest.approx(np.max(e_p - e_l), rel=1e-6, abs=1e-7)
+    assert m["err_steps_checked"] == len(e_l)
+
+
+def test_twin_chart_and_claim_numbers_match_a_hand_replay(default_result, hand_default):
+    """The over-rank twin (spec: rank 8 for r = 4, 300 steps, each method at its main-grid winning rate), its floor
+    line (the loss of the explicitly built rank-r optimum), and the numbers in the claim badges."""
+    h, res = hand_default, default_result
+    assert res.twin_rank == 8
+    for m in eng.METHODS:
+        np.testing.assert_allclose(res.twin_loss[m], h["twins"][m][0], rtol=1e-5, err_msg=m)
+    assert res.twin_floor == pytest.approx(h["twin"].loss(_rrr_optimum(h["twin"], 4)), rel=1e-8)
+    assert res.floor == pytest.approx(h["p"].loss(_rrr_optimum(h["p"], 4)), rel=1e-6, abs=1e-12)
+    Lf, Ll, Lp = (h["final"][m][h["best"][m]] for m in eng.METHODS)
+    mt = res.metrics
+    assert (mt["L_full"], mt["L_lora"], mt["L_pro"]) == pytest.approx((Lf, Ll, Lp), rel=1e-5)
+    assert mt["gap_closure"] == pytest.approx((np.log(Ll) - np.log(Lp)) / (np.log(Ll) - np.log(Lf)), rel=1e-4)
+    assert mt["twin_L_pro"] == pytest.approx(h["twins"]["lorapro"][0][-1], rel=1e-5)
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.3])
+def test_rank_floor_is_the_loss_of_the_explicit_rank_r_optimum(noise):
+    """The floor line with label noise too: rank_floor equals the loss at the explicitly built reduced-rank
+    regression optimum, which includes the irreducible OLS loss, and random rank-r moves away from it only raise it."""
+    rng = np.random.default_rng(6)
+    p = eng.make_problem(rng, target_rank=6, cond=30.0, noise=noise, rank=3)
+    W = _rrr_optimum(p, 3)
+    assert np.linalg.matrix_rank(W - p.W0, tol=1e-8) == 3
+    assert eng.rank_floor(p, 3) == pytest.approx(p.loss(W), rel=1e-9, abs=1e-12)
+    for _ in range(5):
+        U, _, Vt = np.linalg.svd(W - p.W0)
+        S = np.diag(rng.normal(size=3)) * 1e-2
+        assert p.loss(p.W0 + (U[:, :3] @ (np.diag(np.linalg.svd(W - p.W0, compute_uv=False)[:3]) + S) @ Vt[:3])) \
+            >= eng.rank_floor(p, 3) - 1e-12
+    if noise:
+        assert eng.rank_floor(p, 3) > 0.05          # the noise floor is a visible part of the number
+
+
+def _hand_adam(step_grads, params, lr, steps):
+    """Adam (β = 0.9, 0.999, ε = 1e-8, bias-corrected) on a list of arrays; step_grads(params) → (loss, grads)."""
+    ms = [np.zeros_like(q) for q in params]
+    vs = [np.zeros_like(q) for q in params]
+    out = []
+    for t in range(steps + 1):
+        loss, grads = step_grads(params)
+        out.append(loss)
+        if t == steps:
+            break
+        for i, g in enumerate(grads):
+            ms[i] = 0.9 * ms[i] + 0.1 * g
+            vs[i] = 0.999 * vs[i] + 0.001 * g**2
+            params[i] = params[i] - lr * (ms[i] / (1 - 0.9 ** (t + 1))) / (np.sqrt(vs[i] / (1 - 0.999 ** (t + 1)))
+                                                                          + 1e-8)
+    return np.array(out), params
+
+
+def test_adam_baselines_match_a_hand_adam():
+    """The Adam option's full-FT and plain-LoRA baselines (linear layer): ordinary bias-corrected Adam on W, and on
+    (A, B) with the LoRA gradients."""
+    p = eng.make_problem(np.random.default_rng(8), target_rank=3, cond=10.0, noise=0.0, rank=2)
+    s, lr, steps = 2.0, 0.03, 12
+    losses, _, _, _ = eng.train(p, "full", lr, steps, s, "adam", "sylvester")
+    ref, _ = _hand_adam(lambda q: (p.loss(q[0]), [p.grad(q[0])]), [p.W0.copy()], lr, steps)
+    np.testing.assert_allclose(losses, ref, rtol=1e-10)
+
+    def lora_step(q):
+        A, B = q
+        W = p.W0 + s * B @ A
+        g = p.grad(W)
+        return p.loss(W), [s * B.T @ g, s * g @ A.T]
+
+    losses, _, _, _ = eng.train(p, "lora", lr, steps, s, "adam", "sylvester")
+    ref, _ = _hand_adam(lora_step, [p.A0.copy(), np.zeros((p.W0.shape[0], 2))], lr, steps)
+    np.testing.assert_allclose(losses, ref, rtol=1e-10)
+    assert ref[-1] < 0.9 * ref[0]
+
+
+def test_mlp_full_finetuning_adam_matches_a_hand_adam():
+    p, _, _ = _tiny_mlp(9)
+    p.A0 = [np.ones((2, w.shape[1])) for w in p.W0]
+    losses, _, Ws = eng.train_mlp(p, "full", 0.02, 10, 1.0, "adam", "sylvester")
+    ref, Wr = _hand_adam(lambda q: p.loss_grads(q), [w.copy() for w in p.W0], 0.02, 10)
+    np.testing.assert_allclose(losses, ref, rtol=1e-10)
+    for a, b in zip(Ws, Wr):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+
+
+def test_mlp_recorded_errors_at_the_first_step_by_hand():
+    """The MLP's e(t) chart and per-layer chart at step 0 (B = 0): g̃_LoRA = s² g AᵀA and g̃_pro = g P_A per layer;
+    the total is ‖(g̃ − g) over all layers‖ / ‖g over all layers‖, not an average of the layers' ratios."""
+    p, As, _ = _tiny_mlp(10)
+    p.A0 = As
+    s = 1.5
+    _, errs, _ = eng.train_mlp(p, "lora", 0.01, 2, s, "sgd", "sylvester", record_err=True)
+    _, grads = p.loss_grads(p.W0)
+    d_lo = [np.sum((s**2 * g @ A.T @ A - g) ** 2) for A, g in zip(As, grads)]
+    d_pr = [np.sum((g @ A.T @ np.linalg.inv(A @ A.T) @ A - g) ** 2) for A, g in zip(As, grads)]
+    g2 = [np.sum(g**2) for g in grads]
+    for name, d in (("lora", d_lo), ("lorapro", d_pr)):
+        assert errs[name][0] == pytest.approx(np.sqrt(sum(d) / sum(g2)), rel=1e-6)
+        np.testing.assert_allclose(errs[name + "_layers"][0], np.sqrt(np.array(d) / np.array(g2)), rtol=1e-6)
+    # the layers' ratios differ, so a plain average would not give the total
+    ratios = np.sqrt(np.array(d_lo) / np.array(g2))
+    assert abs(ratios.mean() - np.sqrt(sum(d_lo) / sum(g2))) > 1e-3
+
+
+def test_mlp_full_run_and_first_layer_singular_values_by_hand(mlp_result):
+    """MLP page: the full-FT loss curve at its best rate and the singular-value bars of the first layer's ΔW,
+    against plain SGD with the (finite-difference-checked) backprop."""
+    cfg = eng.Config(model="mlp")
+    p = eng.make_mlp_problem(eng.seed_everything(cfg.seed), cfg.target_rank, cfg.cond, cfg.noise, cfg.rank)
+    Ws = [w.copy() for w in p.W0]
+    losses = []
+    lr = mlp_result.best_lr["full"]
+    for t in range(cfg.steps + 1):
+        loss, grads = p.loss_grads(Ws)
+        losses.append(loss)
+        if t < cfg.steps:
+            Ws = [w - lr * g for w, g in zip(Ws, grads)]
+    np.testing.assert_allclose(mlp_result.loss["full"], losses, rtol=1e-8)
+    k = len(mlp_result.sv_target)
+    np.testing.assert_allclose(mlp_result.sv_learned["full"], np.linalg.svd(Ws[0] - p.W0[0], compute_uv=False)[:k],
+                               rtol=1e-8)
+    np.testing.assert_allclose(mlp_result.sv_target, np.linalg.svd(p.Wstar[0] - p.W0[0], compute_uv=False)[:k])

@@ -400,3 +400,143 @@ def test_sample_batch_weights_use_the_chosen_temperature(setting):
         np.testing.assert_allclose(res.sample_weights[s], e / e.sum(), rtol=1e-9, atol=1e-15)
     # at this r the weights are far from uniform, so the check distinguishes temperatures
     assert res.sample_weights["linupper"].max() > 3 / len(ell)
+
+
+# ----------------------------------------------------------------------------- mutation round 2: what the page shows
+def _hand_weights(losses, name, r):
+    """The spec's recipe by hand: min-max to [−1, 1], the shape function, exp(f/r) normalised."""
+    h = 2 * (losses - losses.min()) / max(losses.max() - losses.min(), 1e-6) - 1
+    f = {"uniform": 0 * h, "linupper": np.minimum(h + 1, 1), "quadratic": 1 - h**2, "extremes": np.abs(h),
+         "lowfirst": -h}[name]
+    e = np.exp((f - f.max()) / r)
+    return e / e.sum()
+
+
+def _hand_train(X, y, theta_star, name, cfg, lr):
+    """One strategy, every seed, plain loops: seed j draws its batches from default_rng(seed·1000 + j); weights as
+    above after the uniform warm-up; Adam (0.9, 0.999, 1e-8) with a cosine-decayed rate. Returns the log10 test error
+    (S, T+1) and, for seed 0, the last batch's losses and row indices."""
+    out = np.empty((cfg.seeds, cfg.steps + 1))
+    last = None
+    for j in range(cfg.seeds):
+        gen = np.random.default_rng(cfg.seed * 1000 + j)
+        th, m, v = np.zeros(eng.D), np.zeros(eng.D), np.zeros(eng.D)
+        out[j, 0] = np.log10(np.sum(theta_star**2))
+        for t in range(cfg.steps):
+            idx = gen.integers(0, eng.N_TRAIN, cfg.batch)
+            res = X[idx] @ th - y[idx]
+            ell = 0.5 * res**2
+            w = np.full(cfg.batch, 1 / cfg.batch) if t < cfg.warmup else _hand_weights(ell, name, cfg.temperature)
+            g = X[idx].T @ (w * res)
+            m = 0.9 * m + 0.1 * g
+            v = 0.999 * v + 0.001 * g**2
+            step = lr * 0.5 * (1 + np.cos(np.pi * t / cfg.steps))
+            th = th - step * (m / (1 - 0.9 ** (t + 1))) / (np.sqrt(v / (1 - 0.999 ** (t + 1))) + 1e-8)
+            out[j, t + 1] = np.log10(np.sum((th - theta_star) ** 2))
+            if j == 0 and t == cfg.steps - 1:
+                last = (ell, idx)
+    return out, last
+
+
+def test_curves_batch_panel_and_badge_numbers_match_a_hand_replay():
+    """A small linear run against plain loops: the mean ± sd curves of the test-error chart, the claim numbers
+    (final means, '% of seeds' LinUpper wins), the 'weights on one batch' panel (uniform run, seed 0, last batch:
+    its losses, the groups of its rows and every strategy's weights) and the rows' group shares."""
+    cfg = eng.Config(steps=100, seeds=3, batch=32, warmup=20, sweep="off", temperature=0.5, frac_outlier=0.05)
+    res = eng.run(cfg)
+    X, y, groups, theta_star = eng.make_data(np.random.default_rng(cfg.seed), cfg.frac_redundant, cfg.inf_scale,
+                                             cfg.frac_outlier)
+    finals = {}
+    for s in ("uniform", "linupper", "lowfirst"):
+        le, last = _hand_train(X, y, theta_star, s, cfg, cfg.lr)
+        np.testing.assert_allclose(res.log_err_mean[s], le.mean(0), rtol=1e-7, atol=1e-9, err_msg=s)
+        np.testing.assert_allclose(res.log_err_sd[s], le.std(0), rtol=1e-6, atol=1e-9, err_msg=s)
+        np.testing.assert_allclose(res.final_by_seed[s], le[:, -1], rtol=1e-7, atol=1e-9)
+        assert res.metrics[f"final_{s}"] == pytest.approx(le[:, -1].mean(), abs=1e-9)
+        finals[s] = le[:, -1]
+        if s == "uniform":
+            ell, idx = last
+            np.testing.assert_allclose(res.sample_losses, ell, rtol=1e-7)
+            np.testing.assert_array_equal(res.sample_groups, groups[idx])
+            for name in eng.STRATEGIES:
+                np.testing.assert_allclose(res.sample_weights[name], _hand_weights(ell, name, cfg.temperature),
+                                           rtol=1e-9, atol=1e-15)
+    assert res.metrics["seeds_linupper_better"] == pytest.approx(np.mean(finals["linupper"] < finals["uniform"]))
+    assert 0 < res.metrics["seeds_linupper_better"] or np.all(finals["linupper"] >= finals["uniform"])
+    n_red, n_out = round(cfg.frac_redundant * eng.N_TRAIN), round(cfg.frac_outlier * eng.N_TRAIN)
+    np.testing.assert_allclose(res.data_share, np.array([n_red, eng.N_TRAIN - n_red - n_out, n_out]) / eng.N_TRAIN)
+    # the batch has rows of more than one group, so a wrong group column would show
+    assert len(set(res.sample_groups)) > 1
+
+
+def test_sweep_chart_and_tuned_badge_are_consistent_with_the_main_run(default_result):
+    """The sweep shares seeds and batches with the main runs, so its point at the shared learning rate (0.3 is on the
+    sweep grid) is the main run's mean final error; the tuned badge's 'best' numbers are the sweep's minima."""
+    r, m = default_result, default_result.metrics
+    i = list(r.sweep_lrs).index(eng.Config().lr)
+    for s in ("uniform", "linupper"):
+        assert r.sweep_final[s][i] == pytest.approx(r.final_by_seed[s].mean(), abs=1e-9)
+        assert r.sweep_final[s][i] == pytest.approx(m[f"final_{s}"], abs=1e-9)
+    assert m["best_uniform"] == pytest.approx(r.sweep_final["uniform"].min())
+    assert m["best_linupper"] == pytest.approx(r.sweep_final["linupper"].min())
+    assert m["gap_tuned"] == pytest.approx(m["best_linupper"] - m["best_uniform"])
+    # the sweep's points differ from each other, so a reordering of the rates would show
+    assert np.ptp(r.sweep_final["uniform"]) > 0.1
+
+
+def test_bound_chart_fits_and_rates_by_hand(default_result):
+    """The bound-shape chart: each measured curve is uniform-weight SGD (lr 0.1, batch 64, 6 seeds) replayed here; the
+    drawn line is numpy's least-squares fit over steps 50-300 and the legend's rates and the badge's numbers come
+    from it."""
+    bc, m = default_result.bound_curves, default_result.metrics
+    steps = np.arange(eng.BOUND_STEPS + 1)
+    slopes = []
+    for i, f in enumerate(eng.BOUND_FRACS):
+        X, y, _, th_star = eng.make_data(np.random.default_rng(500 + i), f, eng.BOUND_SCALE, 0.0)
+        curves = []
+        for j in range(6):
+            gen = np.random.default_rng(j)
+            th = np.zeros(eng.D)
+            c = [np.log10(np.sum(th_star**2))]
+            for _ in range(eng.BOUND_STEPS):
+                idx = gen.integers(0, eng.N_TRAIN, 64)
+                th = th - eng.BOUND_LR * X[idx].T @ (X[idx] @ th - y[idx]) / 64
+                c.append(np.log10(np.sum((th - th_star) ** 2)))
+            curves.append(c)
+        mean = np.mean(curves, 0)
+        np.testing.assert_allclose(bc[f"measured_{f:g}"], mean, rtol=1e-8, atol=1e-9)
+        slope, icpt = np.polyfit(steps[eng.BOUND_FIT_FROM:], mean[eng.BOUND_FIT_FROM:], 1)
+        np.testing.assert_allclose(bc[f"fit_{f:g}"], icpt + slope * steps, rtol=1e-6, atol=1e-8)
+        slopes.append(slope)
+    slopes = np.array(slopes)
+    np.testing.assert_allclose(bc["slopes"], slopes, rtol=1e-6)
+    assert m["bound_ratio_measured"] == pytest.approx(slopes[0] / slopes[1], rel=1e-6)
+    assert m["bound_abs_error"] == pytest.approx(np.max(np.abs(slopes / bc["predicted"] - 1)), rel=1e-6)
+
+
+def test_mlp_curves_and_numbers_line_up_with_the_steps(mlp_result):
+    """MLP page: one test-loss point per logged step (0, 10, …, T), the curve's last point is the mean over seeds of
+    the per-seed finals and its band their sd; the badge's final numbers are medians over seeds and its '% of seeds'
+    compares LinUpper with uniform."""
+    r, m = mlp_result, mlp_result.metrics
+    T = eng.Config().steps
+    np.testing.assert_array_equal(r.steps, np.arange(0, T + 1, eng.MLP_EVERY))
+    for s in eng.STRATEGIES:
+        assert len(r.log_err_mean[s]) == len(r.steps) == len(r.log_err_sd[s])
+        assert r.log_err_mean[s][-1] == pytest.approx(r.final_by_seed[s].mean())
+        assert r.log_err_sd[s][-1] == pytest.approx(r.final_by_seed[s].std())
+        assert m[f"final_{s}"] == pytest.approx(np.median(r.final_by_seed[s]))
+    assert m["seeds_linupper_better"] == pytest.approx(np.mean(r.final_by_seed["linupper"] < r.final_by_seed["uniform"]))
+    # seed 0's step-0 point is the untrained network's test loss, the same for every strategy
+    for s in eng.STRATEGIES:
+        assert r.log_err_mean[s][0] == pytest.approx(r.log_err_mean["uniform"][0])
+
+
+def test_mlp_seed_share_badge_compares_linupper_with_uniform():
+    """The MLP badge's 'LinUpper better in x % of seeds'. At the default every weighting wins in every seed, so this uses
+    r = 0.5, where LinUpper wins in 5 of 6 seeds and Quadratic in all 6 (measured): the share must be LinUpper's."""
+    r = eng.run(eng.Config(setting="mlp", temperature=0.5))
+    f = r.final_by_seed
+    share = np.mean(f["linupper"] < f["uniform"])
+    assert share != np.mean(f["quadratic"] < f["uniform"])
+    assert r.metrics["seeds_linupper_better"] == pytest.approx(share)
