@@ -444,3 +444,225 @@ def test_with_nothing_explained_the_certified_margin_is_the_documented_residual_
     assert (p.margin_bound >= own - np.minimum(by_rows, by_cols) - 1e-9).all()
     _, margin = g.brute_force(w, G)
     assert (p.margin_bound <= margin + 1e-9).all()
+
+
+# ----------------------------------------------------------------------------- mutation round 2: the page's numbers
+_S4_CHARS = {(4,): {(1, 1, 1, 1): 1, (1, 1, 2): 1, (2, 2): 1, (1, 3): 1, (4,): 1},
+             (1, 1, 1, 1): {(1, 1, 1, 1): 1, (1, 1, 2): -1, (2, 2): 1, (1, 3): 1, (4,): -1},
+             (2, 2): {(1, 1, 1, 1): 2, (1, 1, 2): 0, (2, 2): 2, (1, 3): -1, (4,): 0},
+             (3, 1): {(1, 1, 1, 1): 3, (1, 1, 2): 1, (2, 2): -1, (1, 3): 0, (4,): -1},
+             (2, 1, 1): {(1, 1, 1, 1): 3, (1, 1, 2): -1, (2, 2): -1, (1, 3): 0, (4,): 1}}
+
+
+def _s4_projectors():
+    """Isotypic projectors of S4 from the textbook character table, in the engine's irrep order (matched by shape)."""
+    G = g.symmetric_group(4)
+    m = G.order
+    ctype = [_cycle_lengths(p) for p in G.elements]
+    out = []
+    for ir in g.irreps(4):
+        chi = _S4_CHARS[ir.shape]
+        d = chi[(1, 1, 1, 1)]
+        out.append(np.array([[d / m * chi[ctype[G.table[x, G.inv[y]]]] for y in range(m)] for x in range(m)]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def res4():
+    return g.run(g.Config(group="S4", method="fourier"))
+
+
+@pytest.fixture(scope="module")
+def res5f():
+    return g.run(g.Config(method="fourier"))
+
+
+def test_irrep_charts_and_neuron_order_from_textbook_projectors(res4):
+    """Section 1 on S4: each matrix's energy share per irrep (the bar chart: whole-matrix energy, not a mean of
+    per-neuron shares), the per-neuron heatmaps, each neuron's dominant non-trivial irrep over L, R and U together,
+    the heatmaps' neuron order (by dominant irrep, then by U's largest share, decreasing) and the caption's average
+    top share of U's non-trivial energy; all from the projectors P_ρ = (d_ρ/|G|) χ_ρ(x y⁻¹)."""
+    w, _, _ = g.load_checkpoint(4)
+    P = _s4_projectors()
+    raw = {k: np.array([((Pi @ M) ** 2).sum(0) for Pi in P]) for k, M in (("L", w.L), ("R", w.R), ("U", w.U))}
+    for k, M in (("L", w.L), ("R", w.R), ("U", w.U)):
+        np.testing.assert_allclose(res4.totals[k], raw[k].sum(1) / (M ** 2).sum(), atol=1e-9)
+        np.testing.assert_allclose(res4.energy[k], raw[k] / (M ** 2).sum(0), atol=1e-9)
+    tot = raw["L"] + raw["R"] + raw["U"]
+    dom = 1 + np.argmax(tot[1:], axis=0)                      # index 0 is the trivial irrep [4]
+    assert g.irreps(4)[0].shape == (4,)
+    np.testing.assert_array_equal(res4.neuron_irrep, dom)
+    order = res4.neuron_order
+    assert sorted(order.tolist()) == list(range(res4.hidden))
+    key = [(dom[j], -res4.energy["U"][:, j].max()) for j in order]
+    assert key == sorted(key)
+    nontriv = raw["U"][1:] / raw["U"][1:].sum(0)
+    assert res4.metrics["top_share"] == pytest.approx(nontriv.max(0).mean(), abs=1e-9)
+
+
+def test_proof_table_rows_are_each_strategys_own_numbers(res4):
+    """Section 3's table: every row's certified accuracy, counted operations, ops ratio and smallest slack are those of
+    its own strategy (run separately here), against brute-force margins summed by a loop over the inputs; the
+    metric row's smallest margin (the accuracy tooltip) too."""
+    w, _, _ = g.load_checkpoint(4)
+    G = g.symmetric_group(4)
+    m = G.order
+    margin = np.empty((m, m))
+    for a in range(m):
+        for b in range(m):
+            z = w.U @ np.maximum(w.L[a] + w.R[b], 0) + w.beta
+            t = G.table[a, b]
+            margin[a, b] = z[t] - np.delete(z, t).max()
+    brute = m * m * (2 * w.U.shape[1] + 2 * m * (w.U.shape[1] + 1) + m)
+    rows = {r["method"]: r for r in res4.proofs}
+    for meth in g.PROOF_METHODS:
+        p = g.compact_bound(w, G, method=meth)
+        r = rows[meth]
+        assert r["bound"] == p.accuracy_bound and r["flops"] == p.flops
+        assert r["speedup_ops"] == pytest.approx(brute / p.flops, rel=1e-12)
+        assert r["slack_min"] == pytest.approx((margin - p.margin_bound).min(), abs=1e-6)
+    assert rows["brute force"]["bound"] == 1.0 and rows["brute force"]["flops"] == brute
+    assert len({rows[meth]["slack_min"] for meth in g.PROOF_METHODS}) == 3
+    # the info box's 'the paper's own ρ-set proof certifies …' on this (Fourier) page: the ρ-set row, not the selected one
+    assert res4.metrics["rho_bound"] == rows["rho-sets"]["bound"] != res4.metrics["bound"]
+    assert res4.metrics["min_margin"] == pytest.approx(margin.min(), abs=1e-6)
+    np.testing.assert_allclose(res4.margin, margin, atol=1e-4)
+
+
+def test_rho_set_caption_reports_the_rho_set_proof_whatever_the_strategy(res5f):
+    """With the Fourier strategy selected, the ρ-set caption and the 'the paper's own proof certifies' sentence still
+    show the ρ-set proof's own numbers; and the tolerance slider reaches it (0.6 explains more neurons than 0.95)."""
+    w, _, _ = g.load_checkpoint(5)
+    G = g.symmetric_group(5)
+    brute = g.brute_force_flops(G.order, w.U.shape[1])
+    p = g.rho_set_bound(w, G)
+    m = res5f.metrics
+    assert m["rho_bound"] == p.accuracy_bound and m["rho_active"] == p.details["n_active"]
+    assert m["rho_speedup_ops"] == pytest.approx(brute / p.flops, rel=1e-12)
+    assert m["speedup_ops"] != pytest.approx(m["rho_speedup_ops"], rel=0.1)
+    loose = g.run(g.Config(rho_tol=0.6))
+    p6 = g.rho_set_bound(w, G, tol=0.6)
+    assert loose.metrics["rho_active"] == p6.details["n_active"] != p.details["n_active"]
+    assert loose.metrics["rho_speedup_ops"] == pytest.approx(brute / p6.flops, rel=1e-12)
+
+
+def test_counted_operations_quoted_in_the_module_docstring():
+    """The operation counts are deterministic (no timing): the docstring quotes the Fourier proof at 1.08x fewer
+    operations than brute force on S4 and 1.21x on S5, and the ρ-set proof at 12.1x on S5."""
+    r4 = g.run(g.Config(group="S4", method="fourier"))
+    assert r4.metrics["speedup_ops"] == pytest.approx(1.08, abs=0.005)
+    r5 = g.run(g.Config())
+    rows = {r["method"]: r for r in r5.proofs}
+    assert rows["fourier"]["speedup_ops"] == pytest.approx(1.21, abs=0.005)
+    assert rows["rho-sets"]["speedup_ops"] == pytest.approx(12.1, abs=0.05)
+
+
+def test_character_table_proof_certifies_the_s3_checkpoint():
+    """The docstring: on S3 the character-table proof certifies 100 %; its worst wrong logit runs over the
+    non-identity rows of the character table only."""
+    r = g.run(g.Config(group="S3", method="characters"))
+    assert r.metrics["bound"] == 1.0 and r.metrics["slack_min"] >= 0
+
+
+def test_weight_noise_is_relative_to_each_matrix_rms():
+    """The noise slider: every matrix, the output bias included, gets Gaussian noise of σ = noise · RMS(matrix)."""
+    w, _, _ = g.load_checkpoint(5)
+    wn = g._perturb(w, 0.2, np.random.default_rng(50))
+    for name in ("L", "R", "U", "beta"):
+        x, y = getattr(w, name), getattr(wn, name)
+        rel = (y - x).std() / np.sqrt((x ** 2).mean())
+        assert rel == pytest.approx(0.2, rel=0.25), name
+    assert g._perturb(w, 0.0, np.random.default_rng(50)) is w
+
+
+def _partition_of(label, n):
+    """Cycle type of an element given in cycle notation ('e', '(1 2)(3 4 5)'), fixed points included."""
+    if label == "e":
+        return (1,) * n
+    lens = [len(c.split()) for c in label.strip("()").split(")(")]
+    return tuple(sorted(lens + [1] * (n - sum(lens)), reverse=True))
+
+
+def test_equivariance_bars_cover_every_class_and_the_title_mean_skips_the_identity(res5f):
+    """Section 2 on S5: two elements of every conjugacy class but the identity's (S4 and smaller: every element), each
+    bar's cycle type matching its label, and the title's means taken over g ≠ e."""
+    n = 5
+    parts = [_partition_of(lab, n) for lab in res5f.equi_labels]
+    assert [tuple(int(c) for c in s) for s in res5f.equi_classes] == parts
+    from collections import Counter
+
+    assert Counter(parts) == {p: 1 if p == (1,) * n else 2 for p in g.partitions(n)}   # the identity is alone
+    ident = np.array([lab == "e" for lab in res5f.equi_labels])
+    assert ident.sum() == 1 and res5f.equi_left[ident][0] == pytest.approx(0.0, abs=1e-6)
+    assert res5f.metrics["equi_left"] == pytest.approx(res5f.equi_left[~ident].mean(), rel=1e-12)
+    assert res5f.metrics["equi_right"] == pytest.approx(res5f.equi_right[~ident].mean(), rel=1e-12)
+    np.testing.assert_array_equal(g.equivariance_elements(g.symmetric_group(4)), np.arange(24))
+
+
+def test_rho_set_details_on_an_exactly_equivariant_network():
+    """On the hand-built network: one shared a explains all of the irrep neurons' L, R energy (share 1), every neuron
+    sits in a family and is marked explained under its own irrep, the standard irrep's family has |B| = |C| = n and
+    all n² pairs; with one pair's neuron removed that family has n² − 1 pairs and stays out of the idealised model."""
+    n = 4
+    G, w = _equivariant_net(n, 0)
+    N = w.U.shape[1]
+    p = g.rho_set_bound(w, G)
+    d = p.details
+    assert d["a_share"] == pytest.approx(1.0, abs=1e-9)
+    assert d["n_rho_neurons"] == N == d["n_active"]
+    reps = g.irreps(n)
+    std = next(i for i, r in enumerate(reps) if r.shape == (n - 1, 1))
+    sgn = next(i for i, r in enumerate(reps) if r.shape == (1,) * n)
+    want = np.zeros((len(reps), N + 1), bool)
+    want[std, :N - 4] = True
+    want[sgn, N - 4:N] = True
+    np.testing.assert_array_equal(p.explained, want)
+    (fam,) = [f for f in d["families"] if f["irrep"] == std]
+    assert (fam["size_B"], fam["size_C"], fam["pairs_covered"], fam["pairs"]) == (n, n, n * n, n * n)
+    assert fam["weights"]
+    drop = g.Weights(w.L[:, 1:], w.R[:, 1:], w.U[:, 1:], w.beta)
+    (fam2,) = [f for f in g.rho_set_bound(drop, G).details["families"] if f["irrep"] == std]
+    assert fam2["pairs_covered"] == n * n - 1 and not fam2["weights"]
+
+
+def test_rho_set_error_numbers_and_unexplained_share_on_s5():
+    """The ρ-set caption's median and smallest error bound are the median and the minimum over the inputs of
+    (idealised margin − slack − certified margin), and its unexplained share is ||U − U*||² / ||U||² with both
+    centred over the output."""
+    r = g.run(g.Config())
+    w, _, _ = g.load_checkpoint(5)
+    p = g.rho_set_bound(w, g.symmetric_group(5))
+    err = p.details["ideal_margin"] - p.details["slack"] - p.margin_bound
+    assert r.metrics["rho_error_median"] == pytest.approx(np.median(err), abs=1e-9)
+    assert r.metrics["rho_error_min"] == pytest.approx(err.min(), abs=1e-9)
+    Uc = w.U - w.U.mean(0)
+    E = Uc - p.details["ideal"].U
+    assert r.metrics["rho_unexplained"] == pytest.approx((E ** 2).sum() / (Uc ** 2).sum(), rel=1e-9)
+
+
+@pytest.mark.parametrize("rank", [0, 3])
+def test_unexplained_share_is_measured_before_the_exact_low_rank_part(rank):
+    """τ above 1 explains nothing, so the caption's unexplained share is 100 % whatever the exact residual rank r
+    (the rank-r part is evaluated exactly, it is not part of the explanation); τ = 0 leaves 0 %."""
+    G = g.symmetric_group(4)
+    rng = np.random.default_rng(51)
+    w = g.Weights(*(rng.normal(size=(G.order, 10)) for _ in range(3)), rng.normal(size=G.order))
+    assert g.compact_bound(w, G, tau=1.01, method="fourier", rank=rank).unexplained_share == pytest.approx(1.0)
+    assert g.compact_bound(w, G, tau=0.0, method="fourier", rank=rank).unexplained_share == pytest.approx(0.0, abs=1e-12)
+
+
+def test_dominant_irrep_and_unembedding_shares_exclude_the_trivial_irrep():
+    """A neuron whose weights are mostly constant over the group (trivial irrep) is still labelled by its largest
+    non-trivial irrep, and its unembedding shares are taken over the non-trivial energy only (they sum to 1 without
+    the trivial row), as the captions say ('trivial excluded', 'non-trivial unembedding energy')."""
+    G = g.symmetric_group(4)
+    P = _s4_projectors()
+    rng = np.random.default_rng(52)
+    std = next(i for i, r in enumerate(g.irreps(4)) if r.shape == (3, 1))
+    M = 5.0 + 0.1 * P[std] @ rng.normal(size=(G.order, 3)) + 0.01 * rng.normal(size=(G.order, 3))
+    w = g.Weights(M, M.copy(), M.copy(), np.zeros(G.order))
+    assert (g.neuron_irreps(w, 4) == std).all()
+    sh = g.unembed_shares(w, 4)
+    assert (sh[0] == 0).all() and np.allclose(sh.sum(0), 1.0)
+    raw = np.array([((Pi @ M) ** 2).sum(0) for Pi in P])
+    np.testing.assert_allclose(sh[1:], raw[1:] / raw[1:].sum(0), atol=1e-9)

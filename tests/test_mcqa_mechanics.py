@@ -55,8 +55,29 @@ def test_random_heads_recover_much_less_than_the_top_heads(res):
     assert res.metrics["random_k_recovery_mean"] < res.metrics["topk_recovery"] - 0.3
 
 
-def test_shuffled_variant_runs_and_model_reads_shuffled_symbols():
-    r = eng.run(eng.Config(variant=eng.VARIANTS[1], n_pairs=64))
+@pytest.fixture(scope="module")
+def shuffled():
+    """The shuffled-symbol run, with the prompt batches it fed to the lens and to the forward pass recorded."""
+    seen = {"lens": [], "forward": []}
+    lens, fwd = eng.lens_by_layer, eng.forward_np
+
+    def lens_spy(model, batch, device):
+        seen["lens"].append(batch.perm.copy())
+        return lens(model, batch, device)
+
+    def fwd_spy(model, ids, device, patch=None, cache=None):
+        seen["forward"].append(np.asarray(ids).copy())
+        return fwd(model, ids, device, patch=patch, cache=cache)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eng, "lens_by_layer", lens_spy)
+        mp.setattr(eng, "forward_np", fwd_spy)
+        r = eng.run(eng.Config(variant=eng.VARIANTS[1], n_pairs=64))
+    return r, seen
+
+
+def test_shuffled_variant_runs_and_model_reads_shuffled_symbols(shuffled):
+    r, _ = shuffled
     assert r.metrics["acc_shuffled"] >= eng.ACC_BAR
     assert r.resid_patch.shape == (r.n_layers + 1, eng.SEQ_LEN)
     # the page's head-patching note quotes the top-k curve at seed 0 for both variants: keep the quote true
@@ -137,9 +158,13 @@ def test_lens_at_the_last_layer_is_the_model_output(model, pairs):
     assert np.allclose(ref, out, atol=1e-4)
 
 
-def _numpy_forward(sd, arch, ids, head_patch=None, resids=None):
-    """Independent float64 forward pass from the state dict; head_patch = (layer, head, positions, z_src);
-    resids, a list, receives the residual stream before block 0, 1, ... and after the last block."""
+def _numpy_forward(sd, arch, ids, head_patch=None, resids=None, attns=None, resid_patch=None):
+    """Independent float64 forward pass from the state dict; head_patch = (layer, head, positions, z_src), or a list
+    of such; resids, a list, receives the residual stream before block 0, 1, ... and after the last block; attns, a
+    list, receives each block's attention pattern (B, H, T, T); resid_patch = (layer, positions, x_src) replaces the
+    stream entering that block (layer = n_layers: the final stream) at those positions."""
+    if head_patch is not None and not isinstance(head_patch, list):
+        head_patch = [head_patch]
     d, H = arch.d_model, arch.n_heads
     dh = d // H
 
@@ -150,6 +175,9 @@ def _numpy_forward(sd, arch, ids, head_patch=None, resids=None):
     x = sd["tok.weight"][ids] + sd["pos.weight"][:T]
     zs = []
     for li in range(arch.n_layers):
+        if resid_patch is not None and resid_patch[0] == li:
+            x = x.copy()
+            x[:, resid_patch[1]] = resid_patch[2][:, resid_patch[1]]
         if resids is not None:
             resids.append(x.copy())
         p = f"blocks.{li}."
@@ -160,14 +188,19 @@ def _numpy_forward(sd, arch, ids, head_patch=None, resids=None):
         a = np.exp(s - s.max(-1, keepdims=True))
         a /= a.sum(-1, keepdims=True)
         z = a @ v
-        if head_patch is not None and head_patch[0] == li:
-            _, h, pos, src = head_patch
-            z[:, h, pos] = src[:, pos]
+        if attns is not None:
+            attns.append(a)
+        for pl, h, pos, src in head_patch or ():
+            if pl == li:
+                z[:, h, pos] = src[:, pos]
         zs.append(z)
         x = x + z.transpose(0, 2, 1, 3).reshape(B, T, d) @ sd[p + "proj.weight"].T + sd[p + "proj.bias"]
         hdn = ln(x, sd[p + "ln2.weight"], sd[p + "ln2.bias"]) @ sd[p + "mlp.0.weight"].T + sd[p + "mlp.0.bias"]
         hdn = 0.5 * hdn * (1 + erf(hdn / np.sqrt(2)))
         x = x + hdn @ sd[p + "mlp.2.weight"].T + sd[p + "mlp.2.bias"]
+    if resid_patch is not None and resid_patch[0] == arch.n_layers:
+        x = x.copy()
+        x[:, resid_patch[1]] = resid_patch[2][:, resid_patch[1]]
     if resids is not None:
         resids.append(x.copy())
     logits = ln(x, sd["ln_f.weight"], sd["ln_f.bias"]) @ sd["unembed.weight"].T
@@ -293,3 +326,186 @@ def test_lens_rank_top1_and_mean_logits_match_a_brute_force_count(model):
         others = np.array([np.mean([full[i, eng.LETTER_IDS[j]] for j in range(4) if j != b.answer[i]]) for i in range(n)])
         assert got["correct_logit"][li] == pytest.approx(own.mean(), abs=1e-3), li
         assert got["other_logit"][li] == pytest.approx(others.mean(), abs=1e-3), li
+
+
+# ---- mutation round 2: what the page shows, recomputed with the NumPy forward pass ---------------------------------
+
+def _parse(text):
+    """Token ids of a prompt from its rendered text ('Q: what colour is <item>? A: red B: blue ... Answer:')."""
+    words = text.split()
+    assert words[:4] == ["Q:", "what", "colour", "is"] and words[4].endswith("?") and words[-1] == "Answer:"
+    toks = ["Q", words[4][:-1], "?"]
+    for sym, col in zip(words[5:-1:2], words[6:-1:2]):
+        toks += [sym.rstrip(":"), col]
+    toks.append("Answer")
+    return np.array([[eng.STOI[t] for t in toks]])
+
+
+def _answer_from_ids(ids):
+    words = [eng.VOCAB[i] for i in ids]
+    colour = eng.COLOURS[eng.FACTS[eng.ITEMS.index(words[1])]]
+    return words[words.index(colour) - 1]
+
+
+def _state(model):
+    return {k: v.double().numpy() for k, v in model.state_dict().items()}
+
+
+def _ld(logits, a_ans, b_ans):
+    last = logits[:, -1]
+    n = len(a_ans)
+    return float((last[np.arange(n), eng.LETTER_IDS[b_ans]] - last[np.arange(n), eng.LETTER_IDS[a_ans]]).mean())
+
+
+@pytest.fixture(scope="module")
+def default_pairs():
+    """The default run's prompt pairs, drawn the way the page's seed draws them."""
+    from engine.core import seed_everything
+
+    rng = np.random.default_rng(seed_everything(0).integers(1 << 31))
+    return eng.make_pairs(64, eng.VARIANTS[0], rng)
+
+
+def test_example_panel_follows_the_example_widget(model):
+    """Example pair 5: the prompts' texts and answers, the lens chart of prompt A (logit of each letter after every
+    block, at the last position) and the top head's attention from the last position, all recomputed from the
+    rendered text with the NumPy forward pass."""
+    r = eng.run(eng.Config(example=5))
+    ids_a, ids_b = _parse(r.example_text_a), _parse(r.example_text_b)
+    assert r.example_answer_a == _answer_from_ids(ids_a[0]) and r.example_answer_b == _answer_from_ids(ids_b[0])
+    assert r.example_answer_a != r.example_answer_b
+    sd = _state(model)
+    resids, attns = [], []
+    _numpy_forward(sd, model.arch, ids_a, resids=resids, attns=attns)
+    for li, x in enumerate(resids):
+        h = x[:, -1]
+        hn = (h - h.mean(1, keepdims=True)) / np.sqrt(h.var(1, keepdims=True) + 1e-5) * sd["ln_f.weight"] + sd["ln_f.bias"]
+        np.testing.assert_allclose(r.example_letters[li], (hn @ sd["unembed.weight"].T)[0, eng.LETTER_IDS], atol=1e-3)
+    tl, th = r.top_heads[0]
+    assert r.head_patch[tl, th] == r.head_patch.max()
+    np.testing.assert_allclose(r.attn_top, attns[tl][0, th, -1], atol=1e-5)
+    assert r.attn_top.sum() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_pair_caption_and_patching_maps_recomputed_by_hand(res, model, default_pairs):
+    """The caption's pair accuracies and mean logit differences logit[B's letter] − logit[A's letter] (on A, on B),
+    then single entries of both patching heatmaps: (Δ_patched − Δ_A) / (Δ_B − Δ_A), the patch done by hand in the
+    NumPy forward pass (residual stream at one layer and position; one head's output at the last position)."""
+    a, b = default_pairs
+    assert eng.render(a.ids[0]) == res.example_text_a and eng.render(b.ids[0]) == res.example_text_b
+    sd = _state(model)
+    rb: list = []
+    la, _ = _numpy_forward(sd, model.arch, a.ids)
+    lb, zb = _numpy_forward(sd, model.arch, b.ids, resids=rb)
+    m = res.metrics
+    ld_a, ld_b = _ld(la, a.answer, b.answer), _ld(lb, a.answer, b.answer)
+    assert m["ld_a"] == pytest.approx(ld_a, abs=1e-3) and m["ld_b"] == pytest.approx(ld_b, abs=1e-3)
+    assert ld_b - ld_a > eng.MIN_GAP
+    assert m["acc_pairs_a"] == float((la[:, -1, eng.LETTER_IDS].argmax(1) == a.answer).mean())
+    assert m["acc_pairs_b"] == float((lb[:, -1, eng.LETTER_IDS].argmax(1) == b.answer).mean())
+    T = eng.SEQ_LEN
+    for li, p in ((2, T - 1), (1, 4), (1, 8), (3, 6)):
+        lp, _ = _numpy_forward(sd, model.arch, a.ids, resid_patch=(li, [p], rb[li]))
+        assert res.resid_patch[li, p] == pytest.approx((_ld(lp, a.answer, b.answer) - ld_a) / (ld_b - ld_a), abs=2e-3)
+    tl, th = res.top_heads[0]
+    for li, h in ((tl, th), (0, 0), (model.arch.n_layers - 1, model.arch.n_heads - 1)):
+        lp, _ = _numpy_forward(sd, model.arch, a.ids, head_patch=(li, h, [T - 1], zb[li][:, h]))
+        assert res.head_patch[li, h] == pytest.approx((_ld(lp, a.answer, b.answer) - ld_a) / (ld_b - ld_a), abs=2e-3)
+    # the top-k heads patched together, and the random k-head control sets (k of the L·H heads each)
+    k = int(m["k"])
+    L, H = model.arch.n_layers, model.arch.n_heads
+    lp, _ = _numpy_forward(sd, model.arch, a.ids, head_patch=[(li, h, [T - 1], zb[li][:, h]) for li, h in res.top_heads])
+    assert m["topk_recovery"] == pytest.approx((_ld(lp, a.answer, b.answer) - ld_a) / (ld_b - ld_a), abs=2e-3)
+    rr = np.random.default_rng(0 + 77)
+    ref = []
+    for _ in range(eng.N_RANDOM):
+        hs = [(int(i // H), int(i % H)) for i in rr.choice(L * H, size=k, replace=False)]
+        lp, _ = _numpy_forward(sd, model.arch, a.ids, head_patch=[(li, h, [T - 1], zb[li][:, h]) for li, h in hs])
+        ref.append((_ld(lp, a.answer, b.answer) - ld_a) / (ld_b - ld_a))
+    np.testing.assert_allclose(res.random_k, ref, atol=2e-3)
+
+
+def test_head_summary_numbers_follow_the_heatmap_and_the_curve(res, shuffled):
+    """The head caption and the info box: the top heads are the k largest single-head recoveries in decreasing order,
+    'top k together' is the curve's k-th point, the random control's mean, the smallest k reaching the bar and the
+    busiest block (largest summed single-head recovery; block 2 of the shipped model on shuffled prompts)."""
+    for r in (res, shuffled[0]):
+        m = r.metrics
+        k = int(m["k"])
+        flat = r.head_patch.ravel()
+        top = np.argsort(-flat)[:k]
+        assert [la * r.n_heads + h for la, h in r.top_heads] == top.tolist()
+        assert m["top_single_recovery"] == flat.max()
+        assert m["topk_recovery"] == pytest.approx(r.topk_curve[k - 1], abs=1e-9)
+        assert m["random_k_recovery_mean"] == pytest.approx(r.random_k.mean(), abs=1e-12)
+        assert m["random_k_recovery_max"] == r.random_k.max()
+        need = [j + 1 for j, v in enumerate(r.topk_curve) if v >= eng.HEAD_BAR]
+        assert (np.isnan(m["heads_for_bar"]) and not need) or m["heads_for_bar"] == need[0]
+        assert m["busiest_block"] == int(np.argmax(r.head_patch.sum(1)))
+    assert shuffled[0].metrics["busiest_block"] == 1
+
+
+def test_example_answers_on_shuffled_symbols_are_read_from_the_text(shuffled):
+    """On shuffled-symbol prompts the slot of the right option and its letter differ, so the example's answers must be
+    the symbols written in front of the item's colour in each prompt's own text."""
+    r, _ = shuffled
+    ids_a, ids_b = _parse(r.example_text_a), _parse(r.example_text_b)
+    assert r.example_answer_a == _answer_from_ids(ids_a[0]) and r.example_answer_b == _answer_from_ids(ids_b[0])
+    assert [eng.VOCAB[i] for i in ids_a[0, eng.OPT_POS]] == [eng.VOCAB[i] for i in ids_b[0, eng.OPT_POS]]
+
+
+def test_rise_standard_error_is_the_binomial_one(res):
+    """The 'sudden rise' badge's s.e.: sqrt((p₁(1 − p₁) + p₀(1 − p₀)) / N_LENS) for the lens accuracies p₀, p₁ of the
+    layers before and at the first decodable one."""
+    f = int(res.metrics["lens_first_layer"])
+    p0, p1 = res.lens_acc[f - 1], res.lens_acc[f]
+    assert res.metrics["lens_jump_se"] == pytest.approx(np.sqrt((p0 * (1 - p0) + p1 * (1 - p1)) / eng.N_LENS), rel=1e-12)
+    assert res.metrics["lens_jump"] == pytest.approx(p1 - p0, abs=1e-12)
+
+
+def test_shuffled_variant_measures_shuffled_prompts(shuffled):
+    """On the shuffled-symbol variant the lens statistics and prompt A of every pair use shuffled symbols, and the
+    'shuffled symbols' accuracy is measured on shuffled prompts (the in-order one on prompts in order)."""
+    _, seen = shuffled
+    in_order = np.arange(4)
+    (lens_perm,) = [p for p in seen["lens"] if len(p) == eng.N_LENS]
+    assert (lens_perm == in_order).all(1).mean() < 0.1
+    pair_perm = [p for p in seen["lens"] if len(p) == 64]
+    assert pair_perm and (pair_perm[0] == in_order).all(1).mean() < 0.2
+    evals = [ids for ids in seen["forward"] if len(ids) == eng.N_EVAL]
+    assert len(evals) == 2
+    letters = [ids[:, eng.SYM_POS] for ids in evals]
+    ordered = [(ls == eng.LETTER_IDS).all(1).mean() for ls in letters]
+    assert sorted(ordered)[0] < 0.1 and sorted(ordered)[1] == 1.0
+
+
+def test_middle_layer_badge_fails_when_the_letter_appears_only_in_the_output(monkeypatch):
+    """If the lens first reads the letter after the last block, the 'middle layer' badge must fail (the page then
+    says 'only in the model's output'); the rise is measured over that last block."""
+    acc_out = np.array([0.25, 0.26, 0.3, 0.4, 0.97])
+    real = eng.lens_by_layer
+
+    def late(model, batch, device):
+        out = real(model, batch, device)
+        if len(batch.answer) == eng.N_LENS:
+            out = dict(out, acc=acc_out.copy())
+        return out
+
+    monkeypatch.setattr(eng, "lens_by_layer", late)
+    r = eng.run(eng.Config(n_pairs=32))
+    m = r.metrics
+    assert m["lens_first_layer"] == 4 and m["lens_middle"] == 0.0
+    assert m["lens_jump"] == pytest.approx(0.57)
+    middle = next(c for c in eng.claims(r) if c.label == eng.MIDDLE_LABEL)
+    assert not middle.passed
+
+
+def test_prompt_slot_and_answer_are_read_from_the_text():
+    """slot = position (0..3) of the item's colour among the options, answer = the letter written before it."""
+    bt = eng.sample_prompts(200, np.random.default_rng(14), p_shuffled=1.0)
+    for ids, slot, ans in zip(bt.ids, bt.slot, bt.answer):
+        words = [eng.VOCAB[i] for i in ids]
+        colour = eng.COLOURS[eng.FACTS[eng.ITEMS.index(words[1])]]
+        opts = [words[p] for p in eng.OPT_POS]
+        assert opts.index(colour) == slot and eng.LETTERS[ans] == _answer_from_ids(ids)
+    assert (bt.slot != bt.answer).mean() > 0.5
