@@ -356,3 +356,229 @@ def test_switch_flags_are_episodes_whose_whole_policy_changed(hoeffding_vs_loop)
             want[k, b] = not np.array_equal(pis[k, b], pis[k - 1, b])
     assert np.array_equal(out[1], want)
     assert 0 < want.sum() < want.size
+
+
+# ----------------------------------------------------------------------------- second mutation round
+
+
+def _brute_force_values(P, R):
+    """V*_1(s_1 = 0) and the set of optimal actions, by plain loops over (h, s, a) (no vectorised code)."""
+    B, H, S, A, _ = P.shape
+    V = np.zeros((B, H + 1, S))
+    Q = np.zeros((B, H, S, A))
+    for b in range(B):
+        for h in reversed(range(H)):
+            for s in range(S):
+                for a in range(A):
+                    Q[b, h, s, a] = R[b, h, s, a] + sum(P[b, h, s, a, t] * V[b, h + 1, t] for t in range(S))
+                V[b, h, s] = max(Q[b, h, s])
+    return Q, V
+
+
+def test_curves_bars_and_ratios_from_known_per_episode_regret(monkeypatch):
+    """run() turns per-episode regrets and switch flags into the plotted curves, the doubling bars and the badge
+    ratios. Fed a known stream (regret 1/k per episode, scaled per learner, gap group and seed; a switch in every
+    episode) everything has a closed form: the curve is a harmonic number H_k, each bar a difference of two, and the
+    switch increment ratio of a linear count is exactly 2. The arguments the learners get (V*_1, the optimal-action
+    mask, ι) are checked against loops as well."""
+    cfg = eng.Config(episodes=1600, n_seeds=3)
+    K, H, S, A, n = cfg.episodes, cfg.horizon, cfg.n_states, cfg.n_actions, cfg.n_seeds
+    P, R, _ = eng.make_mdps(cfg.family, [cfg.gap, cfg.gap2], n, S, A, H, eng.seed_everything(cfg.seed))
+    Qb, Vb = _brute_force_values(P, R)
+    scale = np.array([1.0, 2.0, 3.0])[:, None] * np.repeat([1.0, 5.0], n)[None] * np.tile(1 + 0.1 * np.arange(n), 2)
+    k = np.arange(1, K + 1)[:, None]
+    seen = {}
+
+    def fake(algos, P_, R_, Vstar1, K_, c, iota, N0, rng, progress, span, best_mask, n_first):
+        seen.update(Vstar1=Vstar1, iota=iota, N0=N0, best=best_mask)
+        return [(scale[ai] / k, np.ones((K_, len(Vstar1)), bool), np.zeros((H, S)), None, None,
+                 np.zeros(len(Vstar1))) for ai in range(len(algos))]
+
+    monkeypatch.setattr(eng, "_run_algos", fake)
+    res = eng.run(cfg)
+    assert np.allclose(seen["Vstar1"], Vb[:, 0, 0], atol=1e-12)
+    assert np.array_equal(seen["best"], np.isclose(Qb, Vb[:, :-1, :, None], atol=1e-12))
+    assert seen["iota"] == pytest.approx(np.log(2 * S * A * K * H / 0.1))
+    assert seen["N0"] == pytest.approx(cfg.ref_mult * cfg.bonus * S * A * H * H * seen["iota"])
+    harmonic = np.cumsum(1.0 / np.arange(1, K + 1))          # H_k, k = 1..K
+    mean_scale = scale.reshape(3, 2, n).mean(-1)           # (algorithm, gap group)
+    assert np.allclose(res.regret, mean_scale[..., None] * harmonic[res.grid - 1][None, None])
+    assert res.grid[0] == 1 and res.grid[-1] == K
+    assert np.allclose(res.regret_seeds, scale.reshape(3, 2, n) * harmonic[-1])
+    assert np.allclose(res.switches, res.grid[None, None].astype(float))
+    ends = [12, 25, 50, 100, 200, 400, 800, 1600]
+    assert res.doublings.tolist() == ends
+    Hk = harmonic[np.array(ends) - 1]
+    assert np.allclose(res.per_doubling, mean_scale[..., None] * np.diff(np.concatenate([[0.0], Hk])))
+    m = res.metrics
+    h = {q: harmonic[q - 1] for q in (K, K // 2, K // 4, K // 16)}
+    for ai, tag in enumerate(eng.TAGS):
+        for gi in range(2):
+            sc = mean_scale[ai, gi]
+            assert m[f"rho_{tag}_{gi}"] == pytest.approx(np.sqrt((h[K] - h[K // 4]) / (h[K // 4] - h[K // 16])))
+            assert m[f"rho1_{tag}_{gi}"] == pytest.approx((h[K] - h[K // 2]) / (h[K // 2] - h[K // 4]))
+            assert m[f"late_{tag}_{gi}"] == pytest.approx(sc * (h[K] - h[K // 4]))
+            assert m[f"switches_{tag}_{gi}"] == K
+            assert m[f"sw_incr_ratio_{tag}_{gi}"] == pytest.approx(2.0)
+    assert m["gap_ratio_hoef"] == pytest.approx(5.0)         # gap2 = 0.1 < gap = 0.25: group 1 is the small gap
+    assert m["regret_ratio_adv"] == pytest.approx(2.0) and m["regret_ratio_qes"] == pytest.approx(3.0)
+    # the table's problem constants, from loops
+    for gi, row in enumerate(res.table):
+        sl = slice(gi * n, (gi + 1) * n)
+        gaps = Vb[sl, :-1, :, None] - Qb[sl]
+        dmin = [g[g > 1e-9].min() for g in gaps]
+        assert row["Δ_min (seed mean)"] == pytest.approx(np.mean(dmin))
+        assert row["log(SAT)/Δ_min"] == pytest.approx(np.log(S * A * K * H) / np.mean(dmin))
+        assert row["ι"] == pytest.approx(seen["iota"]) and row["N_0"] == pytest.approx(seen["N0"])
+
+
+def test_conditional_variance_and_min_gap_against_loops():
+    """The table's Δ_min and max conditional variance of V*_{h+1} (random MDPs, where both are non-trivial)."""
+    P, R, _ = _tiny("random", seed=4, S=3, A=3, H=3)
+    Qb, Vb = _brute_force_values(P, R)
+    dmin, qvar = eng.gap_stats(*eng.value_iteration(P, R), P)
+    B, H, S, A, _ = P.shape
+    for b in range(B):
+        var = [sum(P[b, h, s, a, t] * Vb[b, h + 1, t] ** 2 for t in range(S))
+               - sum(P[b, h, s, a, t] * Vb[b, h + 1, t] for t in range(S)) ** 2
+               for h in range(H) for s in range(S) for a in range(A)]
+        assert qvar[b] == pytest.approx(max(var), abs=1e-12)
+        g = Vb[b, :-1, :, None] - Qb[b]
+        assert dmin[b] == pytest.approx(g[g > 1e-9].min(), abs=1e-12)
+    assert np.all(qvar > 0)
+
+
+def test_gap_groups_share_each_seeds_dynamics_and_best_actions():
+    """The page's comparison of the two gaps is paired: seed j has the same transitions and the same best action in
+    both gap groups; only the reward gap differs."""
+    P, R, g = _tiny("gap", seed=6, S=4, A=3, H=3, gaps=(0.3, 0.1))
+    n = len(P) // 2
+    assert np.array_equal(P[:n], P[n:])
+    assert np.array_equal(R[:n].argmax(-1), R[n:].argmax(-1))
+    assert g.tolist() == [0.3] * n + [0.1] * n
+
+
+def test_suboptimal_action_heatmap_replayed_from_the_loop_policies(hoeffding_vs_loop):
+    """The heatmap: per (h, s), the share of suboptimal actions taken over the last 10 % of episodes (first gap
+    group), replayed from the plain-loop learner's policies, the same uniforms and the optimal actions of Q*."""
+    P, R, Vs, out, _, pis = hoeffding_vs_loop
+    K, B, H, S = pis.shape
+    Qb, Vb = _brute_force_values(P, R)
+    U = np.random.default_rng(9).uniform(size=(K, H, B))
+    sub, cnt = np.zeros((H, S)), np.zeros((H, S))
+    for k in range(K - K // 10, K):
+        for b in range(B):
+            s = 0
+            for h in range(H):
+                a = pis[k, b, h, s]
+                cnt[h, s] += 1
+                sub[h, s] += Qb[b, h, s, a] < Vb[b, h, s] - 1e-9
+                s = min(int(np.sum(np.cumsum(P[b, h, s, a])[:-1] <= U[k, h, b])), S - 1)
+    want = np.where(cnt > 0, sub / np.maximum(cnt, 1), np.nan)
+    np.testing.assert_allclose(out[2], want, atol=1e-12)
+    assert np.nansum(sub) > 0
+
+
+def test_random_family_start_value_and_table_from_loops(monkeypatch):
+    """Random MDPs, where start states and seeds differ in V* and Δ_min: the learners are scored against V*_1 of the
+    fixed start state s_1 = 0, and the table's Δ_min is the seed mean (checked against loops)."""
+    cfg = eng.Config(family="random", episodes=1000, n_seeds=3)
+    P, R, _ = eng.make_mdps("random", [np.nan, np.nan], 3, cfg.n_states, cfg.n_actions, cfg.horizon,
+                            eng.seed_everything(cfg.seed))
+    Qb, Vb = _brute_force_values(P, R)
+    assert np.ptp(Vb[:, 0], axis=1).min() > 1e-6             # the start state matters here
+    seen = {}
+
+    def fake(algos, P_, R_, Vstar1, K, *rest):
+        seen["Vstar1"] = Vstar1
+        B = len(Vstar1)
+        return [(np.ones((K, B)), np.zeros((K, B), bool), np.zeros(P.shape[1:3]), None, None, np.zeros(B))
+                for _ in algos]
+
+    monkeypatch.setattr(eng, "_run_algos", fake)
+    res = eng.run(cfg)
+    np.testing.assert_allclose(seen["Vstar1"], Vb[:, 0, 0], atol=1e-12)
+    for gi, row in enumerate(res.table):
+        gaps = Vb[3 * gi:3 * gi + 3, :-1, :, None] - Qb[3 * gi:3 * gi + 3]
+        dmin = [g[g > 1e-9].min() for g in gaps]
+        assert np.ptp(dmin) > 0 and row["Δ_min (seed mean)"] == pytest.approx(np.mean(dmin))
+
+
+def _loop_q_earlysettled(P, R, K, c, iota, U):
+    """Q-EarlySettled-Advantage (Li, Shi, Chen, Gu & Chi 2021) in plain loops, one MDP and one visit at a time, with
+    every bonus scaled by c as in the engine. Returns final Q, Q^UCB, Q^LCB, V^LCB, the per-episode greedy policies
+    and, per MDP, the share of visits whose new Q came strictly from the reference-advantage estimate."""
+    B, H, S, A, _ = P.shape
+    out = {k: np.zeros((B, H, S, A)) for k in ("Q", "Qu", "Ql")}
+    out["Vl"] = np.zeros((B, H + 1, S))
+    pis = np.zeros((K, B, H, S), dtype=int)
+    share = np.zeros(B)
+    for b in range(B):
+        q, qu, qr = (np.full((H, S, A), float(H)) for _ in range(3))
+        ql = np.zeros((H, S, A))
+        v, vref = np.full((H + 1, S), float(H)), np.full((H + 1, S), float(H))
+        v[H] = vref[H] = 0.0
+        vl = np.zeros((H + 1, S))
+        settled = np.zeros((H, S), bool)
+        n = np.zeros((H, S, A), int)
+        ref_sum, ref_sq, adv_mu, adv_sq, b_prev = (np.zeros((H, S, A)) for _ in range(5))
+        upd = won = 0
+        for k in range(K):
+            pis[k, b] = q.argmax(-1)
+            s = 0
+            for h in range(H):
+                a = int(pis[k, b, h, s])
+                s2 = min(int(np.sum(np.cumsum(P[b, h, s, a])[:-1] <= U[k, h, b])), S - 1)
+                r = R[b, h, s, a]
+                n[h, s, a] += 1
+                t = n[h, s, a]
+                eta = (H + 1) / (H + t)
+                bonus = c * np.sqrt(H ** 3 * iota / t)
+                qu[h, s, a] += eta * (r + v[h + 1, s2] + bonus - qu[h, s, a])
+                ql[h, s, a] += eta * (r + vl[h + 1, s2] - bonus - ql[h, s, a])
+                adv = v[h + 1, s2] - vref[h + 1, s2]
+                ref_sum[h, s, a] += vref[h + 1, s2]
+                ref_sq[h, s, a] += vref[h + 1, s2] ** 2
+                mean_ref = ref_sum[h, s, a] / t
+                adv_mu[h, s, a] += eta * (adv - adv_mu[h, s, a])
+                adv_sq[h, s, a] += eta * (adv * adv - adv_sq[h, s, a])
+                sd_ref = np.sqrt(max(ref_sq[h, s, a] / t - mean_ref ** 2, 0.0))
+                sd_adv = np.sqrt(max(adv_sq[h, s, a] - adv_mu[h, s, a] ** 2, 0.0))
+                b_new = c * np.sqrt(iota / t) * (sd_ref + np.sqrt(H) * sd_adv)
+                b_ref = b_new + (1 - eta) / eta * (b_new - b_prev[h, s, a]) + c * H * H * iota ** 0.75 / t ** 0.75
+                b_prev[h, s, a] = b_new
+                qr[h, s, a] += eta * (r + adv + mean_ref + b_ref - qr[h, s, a])
+                upd += 1
+                won += qr[h, s, a] < min(qu[h, s, a], q[h, s, a])
+                q[h, s, a] = min(qr[h, s, a], qu[h, s, a], q[h, s, a])
+                v[h, s] = q[h, s].max()
+                vl[h, s] = max(ql[h, s].max(), vl[h, s])
+                if not settled[h, s]:
+                    vref[h, s] = v[h, s]
+                    settled[h, s] = v[h, s] - vl[h, s] <= 1.0
+                s = s2
+        out["Q"][b], out["Qu"][b], out["Ql"][b], out["Vl"][b] = q, qu, ql, vl
+        share[b] = won / upd
+    return out, pis, share
+
+
+@pytest.mark.parametrize("family,c,iota", [("gap", 1.0, 1.0), ("random", 0.3, 2.0)])
+def test_q_earlysettled_matches_loop_reference(family, c, iota):
+    """The vectorised Q-EarlySettled-Advantage equals the plain-loop transcription: final Q, Q^UCB, Q^LCB, V^LCB,
+    every episode's exact regret, and the share of updates set by the reference-advantage estimate (the number the
+    page's info box quotes)."""
+    P, R, _ = _tiny(family, seed=8, S=2, A=2, H=3)
+    Qs, Vs = eng.value_iteration(P, R)
+    K, H = 1500, 3
+    out = eng._run_algo("Q-EarlySettled-Advantage", P, R, Vs[:, 0, 0], K, c, iota, 1.0, np.random.default_rng(12),
+                        None, (0, 1), Qs >= Vs[:, :-1, :, None] - 1e-9, 2)
+    U = np.random.default_rng(12).uniform(size=(K, H, len(P)))
+    ref, pis, share = _loop_q_earlysettled(P, R, K, c, iota, U)
+    Qu, Ql, _, Vl = out[5]
+    np.testing.assert_allclose(out[3], ref["Q"], atol=1e-9)
+    np.testing.assert_allclose(Qu, ref["Qu"], atol=1e-9)
+    np.testing.assert_allclose(Ql, ref["Ql"], atol=1e-9)
+    np.testing.assert_allclose(Vl, ref["Vl"], atol=1e-9)
+    np.testing.assert_allclose(out[0], Vs[:, 0, 0][None] - eng.evaluate_policies(P, R, pis), atol=1e-9)
+    np.testing.assert_allclose(out[-1], share, atol=1e-12)
+    assert np.all(share > 0)

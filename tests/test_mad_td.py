@@ -420,3 +420,165 @@ def test_actor_update_climbs_the_true_q_when_given_the_true_gradient(monkeypatch
     assert np.all(np.linalg.norm(K_end - K_opt, axis=1) < 0.6 * np.linalg.norm(K0 - K_opt))
     reg = out["regret"][:, 0]
     assert np.all(np.isfinite(reg)) and np.all(reg[:, -1] < 0.25 * reg[:, 0])
+
+
+# ----------------------------------------------------------------------------- second mutation round
+
+
+def _scipy_P(K, gamma):
+    """Value matrix of a = -K s from scipy's Lyapunov solver; None when sqrt(gamma)(A - BK) is not stable."""
+    Acl = eng.A_DYN - eng.B_DYN @ np.asarray(K, float)[None]
+    if np.max(np.abs(np.linalg.eigvals(np.sqrt(gamma) * Acl))) >= 1:
+        return None
+    return scipy.linalg.solve_discrete_lyapunov(np.sqrt(gamma) * Acl.T, eng.Q_C + eng.R_C * np.outer(K, K))
+
+
+def _scipy_q(s, a, P, gamma):
+    m = s @ eng.A_DYN.T + a[:, None] * eng.B_DYN[:, 0]
+    return -(np.einsum("ni,ij,nj->n", s, eng.Q_C, s) + eng.R_C * a**2 + gamma * np.einsum("ni,ij,nj->n", m, P, m)
+             + gamma / (1 - gamma) * eng.W_STD**2 * np.trace(P))
+
+
+def test_last_checkpoint_curves_recomputed_from_the_critic():
+    """The plotted on-policy RMSE and bias (evaluation variants), the overestimation and the regret (actor-critic) at
+    the last checkpoint, recomputed from the returned critic, buffer and actors with scipy's Lyapunov solution."""
+    cfg = eng.Config(utd=2, env_steps=100, n_seeds=2, width=16)
+    variants = [("real", 0.0, 0.0, False), ("mad", 0.25, 0.0, False), ("real ac", 0.0, 0.0, True),
+                ("mad ac", 0.25, 0.0, True)]
+    out = eng.train(cfg, 2, variants, np.random.default_rng(5), keep=True)
+    crit, S = out["crit"], out["S"]
+    K = out["K"].reshape(-1, 2)
+    g = cfg.gamma
+    Pstar = scipy.linalg.solve_discrete_are(np.sqrt(g) * eng.A_DYN, np.sqrt(g) * eng.B_DYN, eng.Q_C, np.array([[eng.R_C]]))
+    j_star = -(1 / 3 + g / (1 - g) * eng.W_STD**2) * np.trace(Pstar)
+    E = out["eval_s"]
+    q_buf = crit.q(S, -np.einsum("vni,vi->vn", S, K)).astype(np.float64)       # every critic at once (V, N)
+    q_eval = crit.q(np.broadcast_to(E, (len(K),) + E.shape), -(E @ K.T).T).astype(np.float64)
+    n_checked = 0
+    for v, Kv in enumerate(K):
+        seed, vi = divmod(v, len(variants))
+        P = _scipy_P(Kv, g)
+        if variants[vi][3]:
+            if P is None:
+                assert np.isinf(out["over"][seed, vi, -1]) and np.isneginf(-out["regret"][seed, vi, -1])
+                continue
+            over = q_eval[v] - _scipy_q(E, -E @ Kv, P, g)
+            assert np.isclose(out["over"][seed, vi, -1], over.mean(), rtol=1e-4, atol=1e-4)
+            j = -(1 / 3 + g / (1 - g) * eng.W_STD**2) * np.trace(P)
+            assert np.isclose(out["regret"][seed, vi, -1], (j_star - j) / abs(j_star), rtol=1e-6)
+        else:
+            err = q_buf[v] - _scipy_q(S[v], -S[v] @ Kv, P, g)
+            assert np.isclose(out["rmse"][seed, vi, -1], np.sqrt(np.mean(err**2)), rtol=1e-4)
+            assert np.isclose(out["bias"][seed, vi, -1], err.mean(), rtol=1e-4, atol=1e-4)
+        n_checked += 1
+    assert n_checked >= 5
+
+
+def test_per_seed_table_and_claim_numbers_are_second_half_summaries(default_result):
+    """The per-seed table and the badges: overestimation = mean over the checkpoints after env_steps / 2, worst regret
+    = max over them, final RMSE = the last checkpoint, diverged share = seeds whose 2nd-half worst regret is inf."""
+    r, m = default_result, default_result.metrics
+    late = r.steps > eng.Config().env_steps / 2
+    assert late.sum() == 10 and r.steps[-1] == eng.Config().env_steps
+    for k in r.over:
+        np.testing.assert_allclose(r.late_over[k], r.over[k][:, late].mean(-1))
+        np.testing.assert_array_equal(r.worst_regret[k], r.regret[k][:, late].max(-1))
+    for k in r.rmse:
+        np.testing.assert_array_equal(r.final[k], r.rmse[k][:, -1])
+    u = int(m["utd"])
+    for name, key in (("real", f"{eng.AC_REAL} @ UTD {u}"), ("mad", f"{eng.AC_MAD} @ UTD {u}")):
+        assert m[f"{name}_diverged"] == np.mean([not np.isfinite(r.regret[key][s, late]).all()
+                                                 for s in range(len(r.regret[key]))])
+        assert m[f"{name}_over"] == np.median(r.late_over[key])
+    assert m["real_final"] == np.median(r.final[f"real only @ UTD {u}"])
+
+
+def test_q_slice_marker_and_error_map_against_scipy(default_result):
+    """The Q(s0, a) slice: its closed-form curve and the π(s0) marker from scipy's Riccati gain; and the error map
+    cell at s0 = (0.8, -0.3) (position row, velocity column) equals the slice's critic-minus-closed-form gap at
+    a = π(s0), interpolated between the slice's action points."""
+    r = default_result
+    g = eng.Config().gamma
+    Pd = scipy.linalg.solve_discrete_are(np.sqrt(g) * eng.A_DYN, np.sqrt(g) * eng.B_DYN, eng.Q_C, np.array([[eng.R_C]]))
+    Kd = g * np.linalg.solve(eng.R_C + g * eng.B_DYN.T @ Pd @ eng.B_DYN, eng.B_DYN.T @ Pd @ eng.A_DYN)[0]
+    s0 = r.slice_state
+    assert r.metrics["pi_s0"] == pytest.approx(-s0 @ Kd, abs=1e-8)
+    ss = np.broadcast_to(s0, (len(r.slice_a), 2))
+    np.testing.assert_allclose(r.slice_q["closed form"], _scipy_q(ss, r.slice_a, Pd, g), atol=1e-8)
+    i = int(np.argmin(np.abs(r.heat_axis - s0[0])))
+    j = int(np.argmin(np.abs(r.heat_axis - s0[1])))
+    assert np.isclose(r.heat_axis[i], s0[0]) and np.isclose(r.heat_axis[j], s0[1])
+    gaps = []
+    for name, z in r.heat.items():
+        want = np.interp(-s0 @ Kd, r.slice_a, r.slice_q[name] - r.slice_q["closed form"])
+        assert z[i, j] == pytest.approx(want, abs=0.01), name
+        gaps.append(abs(want))
+    assert max(gaps) > 0.05                # the map is not ~0 there, so its sign and orientation are tested
+
+
+def test_discounted_stability_decides_divergence():
+    """An actor is unstable only when sqrt(γ)(A - BK) is: K = (0, -0.2) has spectral radius 1.02 > 1 without the
+    discount but 0.97 with γ = 0.9, so its value (scipy's Lyapunov solution) and return are finite."""
+    K = np.array([0.0, -0.2])
+    Acl = eng.A_DYN - eng.B_DYN @ K[None]
+    assert np.max(np.abs(np.linalg.eigvals(Acl))) > 1
+    P, ok = eng.policy_value_matrices(K[None], 0.9)
+    assert ok.tolist() == [True]
+    np.testing.assert_allclose(P[0], _scipy_P(K, 0.9), rtol=1e-8)
+    assert np.isfinite(eng.policy_return(K[None], 0.9)).all()
+
+
+def test_alignment_is_one_when_the_actor_follows_the_true_gradient(monkeypatch):
+    """The cosine panel compares the critic's DPG gradient with the true one; fed the true gradient as the critic's,
+    every recorded cosine is 1."""
+    cfg = eng.Config(utd=1, env_steps=100, n_seeds=2, width=16)
+
+    def exact_grad(crit, s, K):
+        P, ok = eng.policy_value_matrices(K, cfg.gamma)
+        return eng.true_actor_grad(s, K, np.where(ok[:, None, None], P, 0.0), cfg.gamma)
+
+    monkeypatch.setattr(eng, "actor_grad", exact_grad)
+    out = eng.train(cfg, 1, [("real ac", 0.0, 0.0, True)], np.random.default_rng(2))
+    al = out["align"][:, 0]
+    fin = al[np.isfinite(al)]
+    assert fin.size >= 10 and np.allclose(fin, 1.0, atol=1e-9)
+
+
+def test_actor_takes_textbook_adam_steps_on_its_gradient(monkeypatch):
+    """The gain trajectory: from K_b, each environment step after the warm-up moves the actor by one Adam step
+    (β = 0.9 / 0.999, bias-corrected, lr ACTOR_LR) on the gradient it was given; replayed by hand for a few steps."""
+    cfg = eng.Config(utd=1, env_steps=100, n_seeds=2, width=16)
+    grads = []
+
+    def exact_grad(crit, s, K):
+        P, ok = eng.policy_value_matrices(K, cfg.gamma)
+        g = eng.true_actor_grad(s, K, np.where(ok[:, None, None], P, 0.0), cfg.gamma)
+        grads.append(g.copy())
+        return g
+
+    monkeypatch.setattr(eng, "actor_grad", exact_grad)
+    out = eng.train(cfg, 1, [("real ac", 0.0, 0.0, True)], np.random.default_rng(4))
+    assert len(grads) == cfg.env_steps - eng.WARMUP + 1
+    K, m, v = np.tile(eng.K_B, (2, 1)), np.zeros((2, 2)), np.zeros((2, 2))
+    for k, g in enumerate(grads, 1):
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        K = K - eng.ACTOR_LR * (m / (1 - 0.9**k)) / (np.sqrt(v / (1 - 0.999**k)) + 1e-8)
+        if k == 1:
+            np.testing.assert_allclose(np.abs(K - eng.K_B), eng.ACTOR_LR, rtol=1e-6)   # Adam's first step: lr·sign
+    np.testing.assert_allclose(out["K"][:, 0], K, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out["gain"][:, 0, -1], K, rtol=1e-10, atol=1e-12)
+
+
+def test_episodes_restart_every_25_steps_from_uniform_states():
+    """The data stream (the error map's black dots): within an episode each state follows the last by the dynamics up
+    to the small plant noise; every 25 steps a new episode starts at a fresh uniform state in [-1, 1]²."""
+    cfg = eng.Config(utd=1, env_steps=100, n_seeds=2, width=16)
+    out = eng.train(cfg, 1, [("real", 0.0, 0.0, False)], np.random.default_rng(6), keep=True)
+    S, A = out["S"], out["A"]
+    pred = S[:, :-1] @ eng.A_DYN.T + A[:, :-1, None] * eng.B_DYN[:, 0]
+    jump = np.abs(S[:, 1:] - pred).max(-1)                          # (V, T - 1): step t -> t + 1
+    starts = np.arange(1, cfg.env_steps) % eng.EP_LEN == 0
+    assert jump[:, ~starts].max() < 5 * eng.W_STD
+    assert np.median(jump[:, starts]) > 5 * eng.W_STD and starts.sum() == cfg.env_steps // eng.EP_LEN - 1
+    assert np.all(np.abs(S[:, ::eng.EP_LEN]) <= 1)

@@ -307,3 +307,112 @@ def test_one_step_gain_is_the_posterior_mean_of_a_hand_rolled_quadratic_cost():
     for sigma in (2.0, 0.5):
         K = np.stack([-(first_action(e, sigma) - first_action(-e, sigma)) / 2 for e in np.eye(4)], axis=1)
         np.testing.assert_allclose(eng.mppi_step_gain(H, sigma, lam, gamma, omega), K, rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- second mutation round
+
+
+def test_episode_numbers_recomputed_from_the_trajectories(default_result):
+    """Everything the page shows about the episode, from the returned trajectories alone: the prior's path follows the
+    plant with its clipped mean action and only small plant noise (fresh each step); the per-step rewards, the summary
+    table, the round table and the badge ratios are recomputed with the spec's reward formulas."""
+    r, cfg = default_result, eng.Config()
+    A, B = eng.dynamics_matrices()
+    prior = eng.Prior(cfg.gamma)
+    Qb, Rb = np.diag([1.0, 1.0, 0.1, 0.1]), 0.05 * np.eye(2)
+    rows = {row["variant"]: row for row in r.summary}
+    assert list(r.traj) == list(eng.VARIANTS)
+    for v, tr in r.traj.items():
+        assert tr.shape == (eng.N_STEPS + 1, 4) and np.array_equal(tr[0], [-3.0, 0.1, 0.0, 0.0])
+        s = tr[:-1]
+        a_hat = np.linalg.lstsq(B, (tr[1:] - s @ A.T).T, rcond=None)[0].T       # actions up to plant noise
+        assert np.all(np.abs(a_hat) <= eng.A_MAX + 0.5), v
+        d2 = ((s[:, :2] - np.array([-1.5, 0.0])) ** 2).sum(1)
+        np.testing.assert_allclose(r.addon_r[v], -cfg.c_obst * np.exp(-d2 / (2 * 0.4**2)), rtol=1e-12)
+        action_cost = -r.basic_r[v] - np.einsum("ni,ij,nj->n", s, Qb, s)            # a'Ra of the executed actions
+        np.testing.assert_allclose(action_cost, np.einsum("ni,ij,nj->n", a_hat, Rb, a_hat), atol=0.06)
+        assert rows[v]["basic return"] == pytest.approx(r.basic_r[v].sum())
+        assert rows[v]["add-on cost"] == pytest.approx(-r.addon_r[v].sum())
+        assert rows[v]["final distance to goal"] == pytest.approx(np.hypot(*tr[-1, :2]))
+    tr = r.traj["Prior"]
+    a = np.clip(-tr[:-1] @ prior.K.T, -2.0, 2.0)
+    w = tr[1:] - tr[:-1] @ A.T - a @ B.T
+    assert np.abs(w).max() < 5 * eng.NOISE and 0.7 * eng.NOISE < w.std() < 1.3 * eng.NOISE
+    assert np.all(np.ptp(w, axis=0) > eng.NOISE)                                    # not one draw repeated
+    np.testing.assert_allclose(r.basic_r["Prior"], -(np.einsum("ni,ij,nj->n", tr[:-1], Qb, tr[:-1])
+                                                     + np.einsum("ni,ij,nj->n", a, Rb, a)), rtol=1e-12)
+    m = r.metrics
+    assert m["addon_ratio"] == pytest.approx(rows["Residual-MPPI"]["add-on cost"] / rows["Prior"]["add-on cost"])
+    assert m["basic_ratio"] == pytest.approx(abs(rows["Residual-MPPI"]["basic return"] / rows["Prior"]["basic return"]))
+    dist = rows["Greedy-MPPI"]["final distance to goal"] / rows["Residual-MPPI"]["final distance to goal"]
+    basic = abs(rows["Greedy-MPPI"]["basic return"] / rows["Residual-MPPI"]["basic return"])
+    assert m["greedy_worse"] == pytest.approx(max(dist / 3, basic / 1.5))
+    # exact model: the one-step model error of the round table is the plant noise, RMS 0.01
+    (rd,) = r.rounds
+    assert 0.8 * eng.NOISE < rd["model one-step RMSE"] < 1.2 * eng.NOISE
+    assert rd["Prior basic"] == rows["Prior"]["basic return"]
+    assert rd["Residual-MPPI add-on cost"] == rows["Residual-MPPI"]["add-on cost"]
+
+
+def test_variant_weights_are_exactly_the_three_objectives():
+    """Residual scores r_R + ω′ log π, Greedy r_R alone, Guided (the oracle) r_R + r without log π."""
+    np.testing.assert_array_equal(eng.variant_weights(eng.Config(w_logp=0.3)), [[0.3, 0.0], [0.0, 0.0], [0.0, 1.0]])
+
+
+def test_gain_plot_curves_at_a_non_default_setting():
+    """The gain-vs-horizon curves away from the defaults (ω′ = 0.2, so ω = 2; γ = 0.9; σ = 1): K_c and K_π from
+    scipy's DARE, each horizon's truncated gain equal to the λ → 0 limit of one MPPI step (another computation), and
+    the one-step curve at the page's σ, λ, γ and ω."""
+    cfg = eng.Config(addon="stay_low", w_logp=0.2, gamma=0.9, sigma=1.0, lam=0.2, n_samples=64)
+    g = eng.gains_vs_horizon(cfg, np.random.default_rng(0))
+    A, B = eng.dynamics_matrices()
+    gm, om = 0.9, 2.0
+
+    def dare(Q, R):
+        P = scipy.linalg.solve_discrete_are(np.sqrt(gm) * A, np.sqrt(gm) * B, Q, R)
+        return gm * np.linalg.solve(R + gm * B.T @ P @ B, B.T @ P @ A)
+
+    Q_R = np.diag([0.0, 2.0, 0.5, 0.5])
+    np.testing.assert_allclose(g["K_c"], dare(om * eng.Q_BASIC + Q_R, om * eng.R_BASIC), atol=1e-7)
+    np.testing.assert_allclose(g["K_pi"], dare(eng.Q_BASIC, eng.R_BASIC), atol=1e-7)
+    for i, H in enumerate(g["horizons"]):
+        np.testing.assert_allclose(g["truncated"][i], eng.mppi_step_gain(H, 1.0, 1e-10, gm, om), atol=1e-5)
+        np.testing.assert_allclose(g["step"][i], eng.mppi_step_gain(H, 1.0, 0.2, gm, om), atol=1e-9)
+
+
+def test_closed_form_check_prior_and_optimum_returns_by_hand():
+    """The check's two anchors, rolled out here: the prior's mean action and scipy's optimal gain for ω·r + r_R, on
+    the same plant noise (the first draw of each seed's generator), scored by the discounted ω·r + r_R."""
+    cf = eng.closed_form_check(n_samples=64, horizon=5, seeds=2)
+    gamma, omega = eng.CF["gamma"], eng.CF["omega"]
+    A, B = eng.dynamics_matrices()
+    Q_R = np.diag([0.0, 2.0, 0.5, 0.5])
+    Q, R = omega * np.diag([1.0, 1.0, 0.1, 0.1]) + Q_R, omega * 0.05 * np.eye(2)
+    P = scipy.linalg.solve_discrete_are(np.sqrt(gamma) * A, np.sqrt(gamma) * B, Q, R)
+    K_opt = gamma * np.linalg.solve(R + gamma * B.T @ P @ B, B.T @ P @ A)
+    K_pi = eng.Prior(gamma).K
+    for seed in range(2):
+        noise = np.random.default_rng([seed, 7331]).normal(0.0, eng.NOISE, size=(eng.N_STEPS, 4))
+        for row, G in ((0, K_pi), (3, K_opt)):
+            x, total = eng.S0.copy(), 0.0
+            for t in range(eng.N_STEPS):
+                a = -G @ x
+                total += gamma**t * -(x @ Q @ x + a @ R @ a)
+                x = A @ x + B @ a + noise[t]
+            assert cf["J"][row, seed] == pytest.approx(total, rel=1e-9)
+
+
+def test_few_shot_refits_on_all_of_the_planners_own_data(monkeypatch):
+    """Few-shot: after each round the model is refit on every transition Residual-MPPI has collected so far (80 per
+    round), after a first fit on the 2 000 prior-policy transitions of the old plant."""
+    sizes = []
+    real = eng.fit_model
+
+    def spy(S, Acts, S2):
+        sizes.append(len(S))
+        return real(S, Acts, S2)
+
+    monkeypatch.setattr(eng, "fit_model", spy)
+    res = eng.run(eng.Config(model="few_shot", n_samples=64, horizon=5))
+    assert sizes == [2000, eng.N_STEPS, 2 * eng.N_STEPS, 3 * eng.N_STEPS]
+    assert [r["round"] for r in res.rounds] == [0, 1, 2]
