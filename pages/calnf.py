@@ -102,8 +102,8 @@ with left:
     download.download_csv(pd.DataFrame({"component": np.arange(1, K + 1), "c_star": res.c_star}), "calnf_cstar.csv")
 with right:
     fig = charts.lines(res.curve_steps, {names[k]: v for k, v in res.curves.items()},
-                       title="Failure LL during training (clipped): held-out points solid, the training failure "
-                             "points dotted", xlabel="step", ylabel="nats")
+                       title="Failure LL during training: held-out points solid (clipped), the training failure "
+                             "points dotted (plain mean)", xlabel="step", ylabel="nats")
     for i, k in enumerate(res.curves):   # each method's training curve, grouped with its held-out one
         if len(res.curves_train.get(k, [])):
             fig.data[i].legendgroup = names[k]

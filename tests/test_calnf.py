@@ -380,3 +380,191 @@ def test_reported_metrics_recomputed_from_the_trained_flow(monkeypatch):
     score = np.r_[lp(held_f, c_star) - lp(held_f, c0), lp(held_n, c_star) - lp(held_n, c0)]
     y = np.r_[np.ones(len(held_f)), np.zeros(len(held_n))]
     assert m["auc"] == pytest.approx(roc_auc_score(y, score), abs=1e-4)
+
+
+# ----------------------------------------------------------------------------- second mutation round
+@pytest.fixture(scope="module")
+def spied_run():
+    """A short 'compare all' run on the shifted geometry (seed 1, K = 4), with every flow, label and data set
+    run() used caught by spies that return the engine's own values (so the run is unchanged)."""
+    seen, moons = {}, []
+    real_train, real_moons = eng.train_stacked, eng.two_moons
+
+    def spy_train(jobs, *a, **kw):
+        out = real_train(jobs, *a, **kw)
+        seen.update(jobs=jobs, out=out, held_f=kw["held_failure"])
+        return out
+
+    def spy_moons(rng, n, failure, *a):
+        x = real_moons(rng, n, failure, *a)
+        moons.append((n, failure, a, x))
+        return x
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(eng, "train_stacked", spy_train)
+    mp.setattr(eng, "two_moons", spy_moons)
+    try:
+        cfg = eng.Config(steps=100, K=4, geometry="shifted", compare_all=True, seed=1)
+        res = eng.run(cfg)
+    finally:
+        mp.undo()
+    held_n = [x for n, f, _, x in moons if n == eng.N_HELDOUT and not f]
+    assert len(held_n) == 1
+    return cfg, res, seen, held_n[0]
+
+
+def _lp(flow, x, c):
+    with torch.no_grad():
+        x = torch.as_tensor(np.asarray(x), dtype=torch.float32)
+        return flow.log_prob(x, c.reshape(1, -1).float().expand(len(x), -1)).double().numpy()
+
+
+def _clipped(flow, x, c):
+    return float(np.maximum(_lp(flow, x, c), eng.CLIP_LL).mean())
+
+
+def test_badge_numbers_recomputed_from_each_trained_flow(spied_run):
+    """Every held-out failure LL on the page (the four metric tiles and the pooled and nominal badges) is a mean
+    over the same held-out points of the flow that method trained, at its own failure label, clipped at −10; the
+    calibration gain is measured on the training failure points at c*, and the nominal gap on held-out nominal
+    points at c = 0 for both flows."""
+    cfg, res, seen, held_n = spied_run
+    m, K = res.metrics, cfg.K
+    held_f = seen["held_f"]
+    by_method = {job.method: out for job, out in zip(seen["jobs"][:4], seen["out"][:4])}
+    assert set(by_method) == {"calnf", "plain", "failure_only", "pooled"}
+    labels = {"calnf": torch.as_tensor(res.c_star), "plain": torch.ones(K), "failure_only": torch.zeros(K),
+              "pooled": torch.zeros(K)}
+    clipped = {}
+    for meth, (flow, lab, _) in by_method.items():
+        np.testing.assert_allclose(lab.numpy()[0], labels[meth].numpy(), atol=1e-6)
+        clipped[meth] = _clipped(flow, held_f, labels[meth])
+        assert m[f"held_fail_clip_{meth}"] == pytest.approx(clipped[meth], abs=1e-4), meth
+        assert m[f"held_fail_{meth}"] == pytest.approx(_lp(flow, held_f, labels[meth]).mean(), abs=1e-4), meth
+    assert m["vs_pooled"] == pytest.approx(clipped["calnf"] - clipped["pooled"], abs=2e-4)
+    assert m["vs_failure_only"] == pytest.approx(clipped["calnf"] - clipped["failure_only"], abs=2e-4)
+    cal, plain = by_method["calnf"][0], by_method["plain"][0]
+    fail = seen["jobs"][0].failure
+    assert m["train_fail_cstar"] == pytest.approx(_lp(cal, fail, labels["calnf"]).mean(), abs=1e-4)
+    assert m["cal_gain"] == pytest.approx(m["train_fail_cstar"] - m["train_fail_cinit"], abs=1e-9)
+    nom_cal, nom_plain = _lp(cal, held_n, torch.zeros(K)).mean(), _lp(plain, held_n, torch.zeros(K)).mean()
+    assert m["held_nominal_calnf"] == pytest.approx(nom_cal, abs=1e-4)
+    assert m["held_nominal_plain"] == pytest.approx(nom_plain, abs=1e-4)
+    assert m["nominal_gap"] == pytest.approx(abs(nom_cal - nom_plain), abs=2e-4)
+
+
+def test_compare_all_bars_are_three_seeds_of_each_method(spied_run):
+    """'Compare all': each method's list holds one clipped held-out LL per seed, in seed order; the first is the main
+    run's number, the others come from that method's own flows trained on other data sets and from other
+    initialisations; the bar is their mean and the error bar their (population) standard deviation."""
+    _, res, seen, _ = spied_run
+    m, held_f = res.metrics, seen["held_f"]
+    assert set(res.compare) == {"calnf", "plain", "betanf", "failure_only", "pooled"}
+    jobs_of = {}
+    for job, out in zip(seen["jobs"], seen["out"]):
+        jobs_of.setdefault(job.method, []).append((job, out))
+    for meth, vals in res.compare.items():
+        runs = jobs_of[meth]
+        assert len(vals) == len(runs) == 3, meth
+        want = [_clipped(flow, held_f, lab[0]) for _, (flow, lab, _) in runs]
+        np.testing.assert_allclose(vals, want, atol=1e-4, err_msg=meth)
+        if meth != "betanf":
+            assert vals[0] == pytest.approx(m[f"held_fail_clip_{meth}"], abs=1e-9)
+        assert m[f"compare_mean_{meth}"] == pytest.approx(np.mean(want), abs=1e-4)
+        assert m[f"compare_sd_{meth}"] == pytest.approx(np.std(want), abs=1e-4)
+        # three seeds: three initialisations and three failure sets
+        assert len({job.seed for job, _ in runs}) == 3, meth
+        fails = [job.failure for job, _ in runs]
+        assert not np.allclose(fails[0], fails[1]) and not np.allclose(fails[1], fails[2]), meth
+
+
+def test_density_heatmaps_are_the_flow_on_the_plotted_grid(spied_run):
+    """Heatmap row i, column j is the density at (x = g[j], y = g[i]). Nominal panel: CalNF at c = 0; failure panel:
+    CalNF at c*; right panel: the plain flow at its failure label c = 1; family panel (j, k): CalNF at λ_k e_j, so
+    its λ = 0 column is the nominal panel."""
+    cfg, res, seen, _ = spied_run
+    K = cfg.K
+    cal, plain = seen["out"][0][0], seen["out"][1][0]
+    g = res.grid_x
+    np.testing.assert_allclose(g, np.linspace(*eng.LIM, eng.GRID))
+    rows, cols = np.meshgrid(np.arange(len(g)), np.arange(len(g)), indexing="ij")
+    pts = np.stack([g[cols.ravel()], g[rows.ravel()]], 1)
+
+    def dens(flow, c):
+        return np.exp(_lp(flow, pts, c)).reshape(len(g), len(g))
+
+    def close(a, b):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-7 * float(np.max(b)))
+
+    close(res.dens_nominal, dens(cal, torch.zeros(K)))
+    close(res.dens_cal, dens(cal, torch.as_tensor(res.c_star)))
+    close(res.dens_plain, dens(plain, torch.ones(K)))
+    assert res.dens_family.shape == (min(K, 3), len(res.family_lambdas), len(g), len(g))
+    np.testing.assert_allclose(res.family_lambdas, np.linspace(0, 1, 5))
+    for j in range(res.dens_family.shape[0]):
+        for k, lam in enumerate(res.family_lambdas):
+            close(res.dens_family[j, k], dens(cal, lam * torch.eye(K)[j]))
+    assert not np.allclose(res.dens_family[0, -1], res.dens_nominal, rtol=1e-3)
+
+
+def test_shifted_geometry_reaches_the_held_out_set_too(spied_run):
+    """The 'shifted nominal moon' choice: the failure moon is the nominal moon moved by (+0.5, −0.5), so its mean is
+    (−0.5 + 0.5, 2/π − 0.25 − 0.5); both the training failure points and the 2000 held-out ones follow it."""
+    cfg, res, seen, _ = spied_run
+    a = eng.two_moons(np.random.default_rng(3), 1000, True, "shifted")
+    b = eng.two_moons(np.random.default_rng(3), 1000, False)
+    np.testing.assert_allclose(a - b, np.tile([0.5, -0.5], (1000, 1)), atol=1e-12)
+    big = eng.two_moons(np.random.default_rng(4), 200_000, True, "shifted")
+    np.testing.assert_allclose(big.mean(0), [0.0, 2 / math.pi - 0.75], atol=0.01)
+    held_f = seen["held_f"]
+    assert len(held_f) == eng.N_HELDOUT
+    np.testing.assert_allclose(held_f.mean(0), [0.0, 2 / math.pi - 0.75], atol=0.06)
+    np.testing.assert_allclose(res.held_failure, held_f[:500], atol=1e-6)
+
+
+def test_plotted_roc_keeps_both_ends_and_its_area(spied_run):
+    """The ROC chart is a thinned copy of the full curve: it starts at (0, 0), ends at (1, 1), never decreases, and
+    its trapezoid area is the AUC in the chart's title to within the thinning."""
+    _, res, _, _ = spied_run
+    fpr, tpr = res.roc_fpr, res.roc_tpr
+    assert (fpr[0], tpr[0]) == (0.0, 0.0) and (fpr[-1], tpr[-1]) == (1.0, 1.0)
+    assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0) and len(fpr) <= 200
+    area = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+    assert area == pytest.approx(res.metrics["auc"], abs=0.01)
+
+
+def test_training_curves_record_steps_and_clip_only_the_held_out_points(monkeypatch):
+    """train_stacked's curves (the page's training-curve chart): points at steps 1, 1 + 25, ... and the last step,
+    counted from 1; the held-out curve is the mean of log q clipped at CLIP_LL (raised to −1 here so that the clip
+    bites), the training curve the plain mean over the training failure points; both at the flow's final label."""
+    from engine.core.nn import set_cpu_threads
+
+    set_cpu_threads()
+    monkeypatch.setattr(eng, "CLIP_LL", -1.0)
+    K, steps = 3, 30
+    r = np.random.default_rng(9)
+    nom, fail = eng.two_moons(r, eng.N_NOMINAL, False), eng.two_moons(r, 8, True)
+    held = eng.two_moons(r, 300, True)
+    jobs = [eng.Job("plain", nom, fail, None, 0), eng.Job("failure_only", nom, fail, None, 1)]
+    out = eng.train_stacked(jobs, K, steps, "cpu", held_failure=held, track_every=10)
+    for job, (flow, lab, curves) in zip(jobs, out):
+        np.testing.assert_array_equal(curves["steps"], [1, 11, 21, 30])
+        lp_held, lp_fail = _lp(flow, held, lab[0]), _lp(flow, fail, lab[0])
+        assert np.mean(lp_held < -1.0) > 0.05  # the clip matters for this check
+        assert curves["held"][-1] == pytest.approx(np.maximum(lp_held, -1.0).mean(), abs=1e-4), job.method
+        assert curves["train"][-1] == pytest.approx(lp_fail.mean(), abs=1e-4), job.method
+        assert len(curves["held"]) == len(curves["train"]) == 4
+
+
+def test_page_curves_are_each_methods_own_tracked_curves(spied_run):
+    """The training-curve chart and its download: per method, the held-out (clipped) and training curves that its
+    own flow recorded, at steps 1, 26, 51, 76 and the last (100), and nothing for the untracked 'compare all'
+    flows."""
+    cfg, res, seen, _ = spied_run
+    np.testing.assert_array_equal(res.curve_steps, [1, 26, 51, 76, 100])
+    for job, (_, _, curves) in zip(seen["jobs"][:4], seen["out"][:4]):
+        np.testing.assert_array_equal(res.curves[job.method], curves["held"])
+        np.testing.assert_array_equal(res.curves_train[job.method], curves["train"])
+        assert len(curves["held"]) == len(res.curve_steps)
+    assert not np.allclose(res.curves["calnf"], res.curves_train["calnf"])
+    assert all(len(out[2]["held"]) == 0 for out in seen["out"][4:])

@@ -383,3 +383,95 @@ def test_sde_sampler_keeps_the_stationary_ou_variance():
     for k in range(1, len(paths)):
         var = (1 - 0.5 * sigma**2 * dt) ** 2 * var + sigma**2 * dt
         assert paths[k].var(0).mean() == pytest.approx(var, abs=0.08), k
+
+
+# ----------------------------------------------------------------------------- second mutation round
+@pytest.fixture(scope="module")
+def default_nets():
+    """The default run's snapshots (float64, regenerated as run() does) and the shipped nets it evaluates."""
+    cfg = eng.Config()
+    snaps, device = eng._prepare(cfg)
+    trained = eng.load_default_checkpoint(cfg, snaps, device)
+    assert trained is not None
+    return cfg, snaps, trained
+
+
+def test_growth_heatmap_and_snapshot_table_are_the_growth_net(default_result, default_nets):
+    """Section 2: heatmap k, row i, column j is g_net(x1 = grid[j], x2 = grid[i], t = k) (the t slider picks k);
+    the table's rows are the means of g_net at t_k over each cluster's own snapshot cells (A's cells first)."""
+    cfg, snaps, trained = default_nets
+    g_net = trained[0][1]
+    r = default_result
+    grid = r.grid
+    np.testing.assert_allclose(grid, np.linspace(-3.5, 3.5, eng.GRID))
+    assert r.growth_field.shape == (len(eng.TIMES), eng.GRID, eng.GRID)
+    rows, cols = (1, 5, 20, 33, 39), (0, 7, 19, 31, 38)
+    for k, t in enumerate(eng.TIMES):
+        inp = torch.tensor([[grid[j], grid[i], t] for i in rows for j in cols], dtype=torch.float32)
+        with torch.no_grad():
+            want = g_net(inp).numpy().reshape(len(rows), len(cols))
+        np.testing.assert_allclose(r.growth_field[k][np.ix_(rows, cols)], want, atol=1e-5, err_msg=f"t = {t}")
+    assert np.max(np.abs(r.growth_field[0] - r.growth_field[-1])) > 0.05
+    for k, (t, s, (n_a, _)) in enumerate(zip(eng.TIMES, snaps, eng.cluster_counts(cfg.n0, cfg.gamma))):
+        with torch.no_grad():
+            gs = g_net(torch.as_tensor(np.c_[s, np.full(len(s), t)], dtype=torch.float32)).double().numpy()
+        assert r.growth_at_snapshots["A"][k] == pytest.approx(gs[:n_a].mean(), abs=1e-5), t
+        assert r.growth_at_snapshots["B"][k] == pytest.approx(gs[n_a:].mean(), abs=1e-5), t
+
+
+def test_stage0_mass_caption_from_the_shipped_stage0_masses(default_result, default_nets):
+    """The caption's 'right after the coupling pre-fit' number: the worst relative error of the stage-0 total mass
+    against N_k / N_0 over t = 1, 2, 3 (t = 0 is exact by construction)."""
+    cfg, _, trained = default_nets
+    mass0 = np.asarray(trained[0][4], dtype=float)
+    data = np.array([round(cfg.n0 * math.cosh(cfg.gamma * t)) for t in eng.TIMES]) / cfg.n0
+    errs = np.abs(mass0 - data) / data
+    assert errs[0] < 1e-6
+    assert default_result.metrics["mass_err_max_stage0"] == pytest.approx(errs[1:].max(), abs=1e-6)
+    assert np.argmax(errs) != 0 and errs[1:].min() < errs[1:].max()
+
+
+def test_transition_bars_by_hand_from_paths_and_weights(default_result):
+    """Section 3's learned bars: start side from the first path point, end side from the last, each particle
+    counted with its final weight, over the total final weight; every model's and plan's four bars add up to 1."""
+    r = default_result
+    for name in ("DeepRUOT", "balanced baseline"):
+        P, W = r.traj[name].astype(float), r.weights[name].astype(float)
+        T = np.zeros((2, 2))
+        for p in range(P.shape[1]):
+            T[int(P[0, p, 0] >= 0), int(P[-1, p, 0] >= 0)] += W[-1, p]
+        np.testing.assert_allclose(r.transitions[name], T / W[-1].sum(), atol=1e-5, err_msg=name)
+    for name, T in r.transitions.items():
+        assert np.asarray(T).sum() == pytest.approx(1.0, abs=1e-9), name
+    assert r.metrics["false_ruot"] == pytest.approx(r.transitions["DeepRUOT"][1, 0], abs=1e-12)
+    assert r.metrics["false_baseline"] == pytest.approx(r.transitions["balanced baseline"][1, 0], abs=1e-12)
+
+
+def test_pot_tiles_and_captions_recomputed_with_pot(default_result, default_nets):
+    """The POT numbers on the page, straight from POT on the regenerated snapshots: the cross-cluster share of the
+    unbalanced Sinkhorn plan t0 -> t1 (4th tile), its A/B row-sum ratio (tile help), the B -> A share of the exact
+    balanced plan t0 -> t3 (baseline badge detail), and the last snapshot's cell counts right of x1 = 0."""
+    _, snaps, _ = default_nets
+    m = default_result.metrics
+    x0, x1, x3 = snaps[0], snaps[1], snaps[-1]
+    n0 = len(x0)
+    C = ot.dist(x0, x1)
+    U = ot.unbalanced.sinkhorn_unbalanced(np.full(n0, 1 / n0), np.full(len(x1), 1 / n0), C / np.median(C),
+                                          eng.UOT_REG, eng.UOT_REG_M, numItermax=3000)
+    sa, ea = x0[:, 0] < 0, x1[:, 0] < 0
+    cross = (U[np.ix_(sa, ~ea)].sum() + U[np.ix_(~sa, ea)].sum()) / U.sum()
+    assert m["cross_pot_uot"] == pytest.approx(cross, abs=1e-9)
+    rows = U.sum(1)
+    assert m["uot_row_ratio"] == pytest.approx(rows[sa].mean() / rows[~sa].mean(), rel=1e-9)
+    assert m["uot_row_ratio"] > 1.0  # the growing cluster's cells carry more mass
+    E = ot.emd(np.full(n0, 1 / n0), np.full(len(x3), 1 / len(x3)), ot.dist(x0, x3))
+    ea3 = x3[:, 0] < 0
+    assert m["false_pot_emd"] == pytest.approx(E[np.ix_(~sa, ea3)].sum() / E.sum(), abs=1e-9)
+    assert m["false_pot_emd"] > 0.3
+    # section 3's caption: POT's static unbalanced plan t0 -> t3, share of its mass sent from B to A
+    C3 = ot.dist(x0, x3)
+    U3 = ot.unbalanced.sinkhorn_unbalanced(np.full(n0, 1 / n0), np.full(len(x3), 1 / n0), C3 / np.median(C3),
+                                           eng.UOT_REG, eng.UOT_REG_M, numItermax=3000)
+    assert m["false_pot_uot_t3"] == pytest.approx(U3[np.ix_(~sa, ea3)].sum() / U3.sum(), abs=1e-9)
+    assert m["cells_right_last"] == int((x3[:, 0] > 0).sum())
+    assert m["cells_right_last"] != int((snaps[-2][:, 0] > 0).sum())

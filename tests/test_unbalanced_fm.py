@@ -327,3 +327,155 @@ def test_curve_of_mean_kept_squared_length_equals_a_direct_mean(monkeypatch):
     np.testing.assert_allclose(res.curve_len2, want, rtol=1e-9, equal_nan=True)
     finite = np.isfinite(res.curve_len2) & np.isfinite(res.curve_tau)
     assert np.all(res.curve_len2[finite] <= res.curve_tau[finite] ** 2)
+
+
+# ----------------------------------------------------------------------------- second mutation round
+SHOWN_CFG = dict(tau=1.5, tau_b=0.3, n_euler=3, train_steps=100, sigma1=0.08, target_weights="same", seed=1)
+
+
+@pytest.fixture(scope="module")
+def shown_result():
+    """A short run away from the defaults (τ = 1.5 ≠ τ_B = 0.3, 3 Euler steps, σ₁ = 0.08, target weights equal to the
+    source's), so that every widget the page's numbers depend on has a value of its own."""
+    return eng.run(eng.Config(**SHOWN_CFG))
+
+
+def _scipy_closed_form(taus, mu0, mu1, w0, w1, s0, s1):
+    """Z, TV(q1, p1) and TV(q0, p0) per τ from scipy.stats.ncx2, one (source, target) mode pair at a time."""
+    from scipy.stats import ncx2
+
+    v = s0**2 + s1**2
+    out = []
+    for tau in np.atleast_1d(taus):
+        P = np.ones((len(w0), len(w1)))
+        if np.isfinite(tau):
+            for k in range(len(w0)):
+                for m in range(len(w1)):
+                    P[k, m] = ncx2.cdf(tau**2 / v, 2, np.sum((mu1[m] - mu0[k]) ** 2) / v)
+        joint = w0[:, None] * w1[None, :] * P
+        Z = joint.sum()
+        out.append((Z, 0.5 * np.abs(joint.sum(0) / Z - w1).sum(), 0.5 * np.abs(joint.sum(1) / Z - w0).sum()))
+    return np.array(out).T
+
+
+def test_target_modes_are_the_source_modes_rotated_by_plus_15_degrees():
+    """The spec: p0's modes at 45°, 135°, 225°, 315° on a circle of radius 1.5; p1 the same rotated by +15°."""
+    mu0, mu1, _, _ = _params()
+    for mu, angles in ((mu0, [45, 135, 225, 315]), (mu1, [60, 150, 240, 330])):
+        np.testing.assert_allclose(np.hypot(mu[:, 0], mu[:, 1]), 1.5, atol=1e-12)
+        np.testing.assert_allclose(np.degrees(np.arctan2(mu[:, 1], mu[:, 0])) % 360, angles, atol=1e-9)
+
+
+def test_acceptance_tile_and_its_closed_form_follow_the_chosen_cutoff(shown_result):
+    """The first metric tile: Z measured by the unbalanced flow's own sampler at the chosen τ, with the closed form
+    (scipy's noncentral χ²) at that τ and σ₁ in its help text; the two agree within Monte-Carlo error."""
+    r = shown_result
+    Z, tv1, _ = _scipy_closed_form([SHOWN_CFG["tau"]], r.mu0, r.mu1, r.w0, r.w1, eng.SIGMA0, SHOWN_CFG["sigma1"])
+    assert r.metrics["z_closed_form"] == pytest.approx(Z[0], rel=1e-8)
+    assert r.metrics["tv1_closed_form"] == pytest.approx(tv1[0], abs=1e-8)
+    assert abs(r.metrics["z_train"] - Z[0]) < 0.01
+    assert 0.05 < Z[0] < 0.95  # far from both the standard coupling (Z = 1) and τ_B's acceptance
+
+
+def test_claim_markers_and_tolerance_units_against_scipy(shown_result):
+    """Plot 2's markers and the first two badges: the closed-form values at the claim cutoffs are scipy's at the
+    run's σ₁; the badge's 'worst error in tolerance units' is max(|ΔZ| / 0.02, |ΔTV| / 0.03) over those cutoffs and
+    the sampler's estimates sit inside it; the monotonicity count is recomputed from the same estimates."""
+    r = shown_result
+    Z, tv1, _ = _scipy_closed_form(np.array(eng.CLAIM_TAUS), r.mu0, r.mu1, r.w0, r.w1, eng.SIGMA0,
+                                   SHOWN_CFG["sigma1"])
+    np.testing.assert_allclose(r.mc_tau, eng.CLAIM_TAUS)
+    np.testing.assert_allclose(r.cf_z, Z, rtol=1e-8)
+    np.testing.assert_allclose(r.cf_tv1, tv1, atol=1e-8)
+    err = max(np.max(np.abs(r.mc_z - Z)) / 0.02, np.max(np.abs(r.mc_tv1 - tv1)) / 0.03)
+    assert r.metrics["claim1_err"] == pytest.approx(err, rel=1e-6)
+    assert np.max(np.abs(r.mc_z - Z)) < 0.01 and np.max(np.abs(r.mc_tv1 - tv1)) < 0.03
+    viol = np.sum(np.diff(r.mc_z) <= 0) + np.sum(np.diff(r.mc_tv1) > 0.03)
+    assert r.metrics["claim1_violations"] == viol
+
+
+def test_trade_off_curves_against_scipy(shown_result):
+    """Plot 2's three closed-form curves, each against scipy at a handful of the plotted cutoffs. (With the
+    re-weighted target the two TV curves coincide by symmetry; with equal weights they differ.)"""
+    r = shown_result
+    pick = [0, 5, 10, 20, 30, 44, len(r.curve_tau) - 1]
+    Z, tv1, tv0 = _scipy_closed_form(r.curve_tau[pick], r.mu0, r.mu1, r.w0, r.w1, eng.SIGMA0, SHOWN_CFG["sigma1"])
+    np.testing.assert_allclose(r.curve_z[pick], Z, rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(r.curve_tv1[pick], tv1, atol=1e-7)
+    np.testing.assert_allclose(r.curve_tv0[pick], tv0, atol=1e-7)
+    assert np.max(np.abs(r.curve_tv1 - r.curve_tv0)) > 0.02  # the two curves can be told apart
+
+
+def test_shown_pairs_are_a_batch_at_the_chosen_cutoff(shown_result):
+    """Plot 1: one training batch of kept pairs at the chosen τ (not τ_B = 0.3): every pair within τ, and many
+    longer than τ_B (the same mode's centres are 0.39 apart)."""
+    r = shown_result
+    d = np.linalg.norm(r.pair_x1.astype(float) - r.pair_x0.astype(float), axis=1)
+    assert len(d) == eng.BATCH
+    assert d.max() <= SHOWN_CFG["tau"] + 1e-5
+    assert np.mean(d > 2 * SHOWN_CFG["tau_b"]) > 0.05
+
+
+def test_trajectories_follow_each_flow_to_its_shown_outputs(shown_result):
+    """Section 3: 200 particles with the chosen number of Euler steps; both panels start from the same source
+    points, and each ends where its flow's first 200 outputs of section 2 are."""
+    r = shown_result
+    name_u = f"unbalanced τ={eng._tau_label(SHOWN_CFG['tau'])}"
+    n = SHOWN_CFG["n_euler"]
+    for traj, name in ((r.traj_standard, "standard FM"), (r.traj_unbalanced, name_u)):
+        assert traj.shape == (n + 1, 200, 2), name
+        np.testing.assert_allclose(traj[-1], r.outputs[name][:200], atol=1e-5, err_msg=name)
+    np.testing.assert_array_equal(r.traj_standard[0], r.traj_unbalanced[0])
+    assert not np.allclose(r.traj_standard[-1], r.traj_unbalanced[-1], atol=1e-3)
+
+
+def test_valid_fractions_and_mode_weights_by_brute_force(shown_result):
+    """Section 2's colours, bars and tiles and the badges' numbers, from the shown outputs by plain loops: valid
+    means within 3σ₁ of some target centre (σ₁ = 0.08 here), each output counts for its nearest centre, the
+    share is over all outputs, TV = ½ Σ |share − w₁|; the badges' differences use the right flows."""
+    r = shown_result
+    s1, m = SHOWN_CFG["sigma1"], r.metrics
+    key = {"standard FM": "standard", f"unbalanced τ={eng._tau_label(SHOWN_CFG['tau'])}": "unbalanced",
+           "A + relaxation B": "relax"}
+    assert set(r.outputs) == set(key)
+    for name, tag in key.items():
+        y = r.outputs[name].astype(float)
+        valid, counts = [], np.zeros(4)
+        for p in y:
+            dist = [math.dist(p, c) for c in r.mu1]
+            valid.append(min(dist) <= 3 * s1)
+            counts[int(np.argmin(dist))] += 1
+        share = counts / len(y)
+        np.testing.assert_array_equal(r.valid[name], valid)
+        np.testing.assert_allclose(r.mode_hist[name], share, atol=1e-12)
+        assert m[f"valid_{tag}"] == pytest.approx(np.mean(valid), abs=1e-12)
+        assert m[f"tv_{tag}"] == pytest.approx(0.5 * np.abs(share - r.w1).sum(), abs=1e-12)
+    assert m["valid_gain_unbalanced"] == pytest.approx(m["valid_unbalanced"] - m["valid_standard"], abs=1e-12)
+    assert m["valid_gain_relax"] == pytest.approx(m["valid_relax"] - m["valid_standard"], abs=1e-12)
+    assert m["tv_change_relax"] == pytest.approx(m["tv_relax"] - m["tv_standard"], abs=1e-12)
+    # σ₁ = 0.08 matters: a radius of 3 · 0.05 would count fewer outputs as valid
+    y = r.outputs["A + relaxation B"].astype(float)
+    dmin = np.min(np.linalg.norm(y[:, None] - r.mu1[None], axis=2), 1)
+    assert np.sum((dmin > 0.15) & (dmin <= 0.24)) > 10
+
+
+def test_claim_error_badge_scales_the_acceptance_error_by_its_own_tolerance(monkeypatch):
+    """The second badge's 'worst error in tolerance units' is max(max|ΔZ| / 0.02, max|ΔTV| / 0.03). The closed-form
+    acceptance at the claim cutoffs is shifted by +0.05 here (a spy on closed_form, for that call only), so that
+    the Z term must dominate: 0.05 / 0.02 = 2.5 units, and the badge must fail."""
+    real = eng.closed_form
+
+    def shifted(tau, *a):
+        out = real(tau, *a)
+        t = np.atleast_1d(np.asarray(tau, dtype=float))
+        if len(t) == len(eng.CLAIM_TAUS) and np.array_equal(t, np.array(eng.CLAIM_TAUS)):
+            out = dict(out, Z=out["Z"] + 0.05)
+        return out
+
+    monkeypatch.setattr(eng, "closed_form", shifted)
+    r = eng.run(eng.Config(train_steps=100, n_euler=1))
+    dz, dtv = np.max(np.abs(r.mc_z - r.cf_z)) / 0.02, np.max(np.abs(r.mc_tv1 - r.cf_tv1)) / 0.03
+    assert dz > 2.0 > dtv
+    assert r.metrics["claim1_err"] == pytest.approx(max(dz, dtv), rel=1e-9)
+    (c,) = [c for c in eng.claims(r) if c.label == "worst error in tolerance units"]
+    assert not c.passed
