@@ -264,3 +264,150 @@ def test_cluster_purity_reads_only_the_last_30_percent():
         want.append(Counter(tail).most_common(1)[0][1] / len(tail))
     assert want == [2 / 3, 1.0]
     assert eng.cluster_purity(routed, clusters) == pytest.approx(np.mean(want))
+
+
+# ---------------------------------------------------------------- what the page reads off the result
+
+
+def _index(result, name):
+    return [v.name for v in result.variants].index(name)
+
+
+def test_metrics_and_bars_read_the_variants_they_name(default_result):
+    """The four metric cards, the badge details and the "More experts" bars must come from the variant each one names:
+    located here by the variant's name, not by its position in the list."""
+    r, m = default_result, default_result.metrics
+    M = r.config.experts
+    idx = {"moe": _index(r, f"MoE M={M}, terminated"), "noterm": _index(r, f"MoE M={M}, never terminated"),
+           "single": _index(r, "single expert (M=1)"), "m3": _index(r, "MoE M=3, terminated"),
+           "m10": _index(r, "MoE M=10, terminated")}
+    for key, i in idx.items():
+        assert m[f"G_{key}"] == np.median(r.G_final[i]), key
+    for key in ("moe", "noterm", "single"):
+        assert m[f"F_{key}"] == np.median(r.F_final[idx[key]]), key
+    for key in ("moe", "m3", "m10"):
+        assert m[f"tconv_{key}"] == np.median(r.t_conv[idx[key]]), key
+    assert m["frozen_share"] == np.mean(r.t_freeze[idx["moe"]] > 0)
+    assert m["term_better_seeds"] == np.sum(r.G_final[idx["moe"]] < r.G_final[idx["noterm"]])
+    # bars: one per expert count, the terminated MoE for M > 1 and the single expert for M = 1
+    by_m = {1: idx["single"], 3: idx["m3"], M: idx["moe"], 10: idx["m10"]}
+    want = [(k, float(np.median(r.G_final[i])), float(np.median(r.t_conv[i]))) for k, i in sorted(by_m.items())]
+    assert r.bars == want
+    # the plotted final point of each curve is the final value the badges use
+    np.testing.assert_array_equal(r.G[:, :, -1], r.G_final)
+    np.testing.assert_array_equal(r.F[:, :, -1], r.F_final)
+    assert r.rec_rounds[0] == 1 and r.rec_rounds[-1] == r.config.rounds
+
+
+def test_curve_quartiles_are_the_seed_quartiles(default_result):
+    """Lines = median over seeds, bands = 25th and 75th percentiles (page caption), recomputed one variant and one
+    recorded round at a time."""
+    r = default_result
+    for key, arr in (("G", r.G), ("F", r.F), ("gap", r.gap)):
+        q = r.quartiles[key]
+        assert q.shape == (len(r.variants), 3, len(r.rec_rounds))
+        for v in range(len(r.variants)):
+            for j in (0, 7, len(r.rec_rounds) // 2, len(r.rec_rounds) - 1):
+                col = arr[v, :, j]
+                assert q[v, 1, j] == pytest.approx(np.median(col), rel=1e-12, abs=1e-15)
+                assert q[v, 0, j] == pytest.approx(np.percentile(col, 25), rel=1e-12, abs=1e-15)
+                assert q[v, 2, j] == pytest.approx(np.percentile(col, 75), rel=1e-12, abs=1e-15)
+
+
+def test_generalisation_curve_matches_a_plain_loop_for_one_expert():
+    """G_t = (1/t) Σ_{i≤t} ‖w_t − w*_{n_i}‖ at every recorded round (not only the last), from a loop that keeps
+    the single expert's weights."""
+    cfg = eng.Config(seeds=1, rounds=120)
+    res = eng.run(cfg)
+    i_single = _index(res, "single expert (M=1)")
+    W, (idx, X, _), _ = eng.make_seed_data(cfg, 0, 10)
+    w = np.zeros(eng.D)
+    G_ref = {}
+    for t in range(1, cfg.rounds + 1):
+        x = X[t - 1]
+        w = w + np.linalg.lstsq(x.T, W[idx[t - 1]] @ x - w @ x, rcond=None)[0]
+        G_ref[t] = float(np.mean(np.linalg.norm(w - W[idx[:t]], axis=1)))
+    want = np.array([G_ref[int(t)] for t in res.rec_rounds])
+    np.testing.assert_allclose(res.G[i_single, 0], want, rtol=1e-7)
+
+
+def test_routing_raster_shows_the_first_seed():
+    """The raster and its CSV: routed expert per round of the first seed and the cluster (pool index mod K) of that
+    seed's tasks; seeds are simulated independently, so adding a second seed must not change the first one's row."""
+    one = eng.run(eng.Config(seeds=1, rounds=300))
+    two = eng.run(eng.Config(seeds=2, rounds=300))
+    _, (idx, _, _), _ = eng.make_seed_data(two.config, 0, eng.FIXED_MAX)
+    np.testing.assert_array_equal(two.raster_cluster, idx % two.config.clusters)
+    assert set(two.raster_expert) == {v.name for v in two.variants[:2]}
+    for name, routed in two.raster_expert.items():
+        np.testing.assert_array_equal(routed, one.raster_expert[name])
+        v = _index(two, name)
+        assert two.purity[v, 0] == eng.cluster_purity(routed, idx % two.config.clusters)
+    # and the second seed's routing is a different one (the check above has power)
+    first = two.variants[0].name
+    other = eng.run(eng.Config(seeds=1, rounds=300, seed=1)).raster_expert[first]
+    assert not np.array_equal(two.raster_expert[first], other)
+
+
+def test_router_noise_follows_its_slider():
+    cfg0 = eng.Config(noise=0.0, rounds=200, seeds=1)
+    assert not np.any(eng.make_seed_data(cfg0, 0, 10)[2])
+    rho = eng.make_seed_data(eng.Config(noise=0.9, rounds=200, seeds=1), 0, 20)[2]
+    assert rho.min() >= 0.0 and rho.max() <= 0.9
+    assert rho[:, :10].max() > 0.8 and rho[:, 10:].max() > 0.8      # U(0, λ), both streams
+
+
+def _reference_run(cfg, M, W, idx, X, rho, T):
+    """One terminated MoE run in plain Python, written from the spec (the page's "how it works"): top-1 routing on
+    noisy logits, min-norm fit of the routed expert (least squares), the router's gradient step on locality +
+    persistent load balance, and the termination rule. Returns θ after every round, the largest gating gap and the
+    freeze round."""
+    D = W.shape[1]
+    w, theta = np.zeros((M, D)), np.zeros((M, D))
+    counts, flags = np.zeros(M), np.zeros(M, bool)
+    frozen, t_freeze = False, -1
+    thetas, gaps = [theta.copy()], []
+    for t in range(1, T + 1):
+        x = X[t - 1]
+        y = W[idx[t - 1]] @ x
+        s = x.sum(axis=1)
+        h = theta @ s + rho[t - 1, :M]
+        m = int(np.argmax(h))
+        pi = np.exp(h - h.max())
+        pi /= pi.sum()
+        dw = np.linalg.lstsq(x.T, y - w[m] @ x, rcond=None)[0]
+        w[m] = w[m] + dw
+        counts[m] += 1
+        gap = np.abs(h - h[m])
+        gaps.append(gap.max())
+        if not frozen and t >= M / cfg.eta:
+            for j in range(M):
+                if j != m and gap[j] < cfg.sigma0 ** 1.25:
+                    flags[j] = True
+            if t >= 80 + 3 * M and all(flags[j] for j in range(M) if j != m):
+                frozen, t_freeze = True, t
+        if not frozen:
+            c = cfg.alpha * M * counts / t
+            c[m] += np.linalg.norm(dw)
+            for j in range(M):                  # dL/dθ_j = Σ_k c_k ∂π_k/∂θ_j = π_j (c_j − Σ_k c_k π_k) s
+                theta[j] = theta[j] - cfg.eta * pi[j] * (c[j] - c @ pi) * s
+        thetas.append(theta.copy())
+    return np.array(thetas), np.array(gaps), t_freeze
+
+
+@pytest.mark.parametrize("eta, alpha, sigma0", [(0.5, 0.5, 0.4), (0.35, 0.8, 0.5)])
+def test_terminated_run_matches_a_plain_python_reference(eta, alpha, sigma0):
+    """A terminated M = 3 run (the engine's 'MoE M=3, terminated' variant, seed 0) against the loop above: the freeze
+    round, the router weights at the end, the recorded gating gaps and the router drift ‖θ_t − θ_(t−50)‖."""
+    cfg = eng.Config(rounds=400, seeds=1, eta=eta, alpha=alpha, sigma0=sigma0)
+    res = eng.run(cfg)
+    v = _index(res, "MoE M=3, terminated")
+    W, (idx, X, _), rho = eng.make_seed_data(cfg, 0, eng.FIXED_MAX)
+    thetas, gaps, t_freeze = _reference_run(cfg, 3, W, idx, X, rho, cfg.rounds)
+    assert res.t_freeze[v, 0] == t_freeze
+    rec = res.rec_rounds
+    np.testing.assert_allclose(res.gap[v, 0], gaps[rec - 1], rtol=1e-6, atol=1e-9)
+    late = rec > 50
+    drift = np.linalg.norm((thetas[rec[late]] - thetas[rec[late] - 50]).reshape(late.sum(), -1), axis=1)
+    np.testing.assert_allclose(res.churn[v, 0, late], drift, rtol=1e-6, atol=1e-9)
+    assert np.all(np.isnan(res.churn[v, 0, ~late]))

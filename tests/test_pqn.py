@@ -319,3 +319,223 @@ def test_dqn_bootstraps_from_a_frozen_copy_synced_every_100_steps(monkeypatch, o
         want = 0.1 + 0.99 * (~term).float() * q_ref.max(-1).values
         torch.testing.assert_close(y, want)
     assert frozen_ids == {0, 100, 200} and moved > 150
+
+
+# ---------------------------------------------------------------- what the page reads off the result
+
+
+def _baird_A(gamma):
+    """The expected linear TD matrix from the features written out by hand (upper states 2e_i + e_8, lower e_7 + 2e_8)."""
+    X = np.zeros((7, 8))
+    X[np.arange(6), np.arange(6)], X[:6, 7] = 2.0, 1.0
+    X[6, 6], X[6, 7] = 1.0, 2.0
+    return X, sum(np.outer(X[s], gamma * X[6] - X[s]) for s in range(7)) / 7
+
+
+def _mlp_values(X, M, b, w, ln):
+    h = np.einsum("sd,rkd->rsk", X, M) + b[:, None, :]
+    if ln:
+        h = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + eng.LN_EPS)
+    return np.einsum("rsk,rk->rs", np.maximum(h, 0.0), w)
+
+
+@pytest.fixture(scope="module")
+def short_run():
+    """750 steps (not a multiple of the recording stride), 3 seeds, width 16, expected updates; run_baird driven with
+    a known generator, plus the same setting through run() with the seed widget at 2."""
+    cfg = eng.Config(steps=750, n_seeds=3, width=16, gamma=0.95, lr=0.03, seed=2)
+    out = eng.run_baird(cfg, np.random.default_rng(11))
+    return cfg, out, eng.run(cfg)
+
+
+def test_linear_td_curves_follow_the_closed_form(short_run):
+    """Expected linear TD is w_t = (I + αA)^t w_0 exactly; the plotted max|V| and ‖θ‖ of the linear run, the divergence
+    badge's ‖w_T‖/‖w_0‖ and the eigenvalue in its detail are checked against that (numpy matrix powers)."""
+    cfg, (rec, maxv, norm, final, ever, w_ratio, nets), res = short_run
+    X, A = _baird_A(cfg.gamma)
+    w0 = np.array([1, 1, 1, 1, 1, 1, 10, 1], float)
+    assert rec[0] == 0 and rec[-1] == cfg.steps and np.all(np.diff(rec) > 0)
+    assert np.all(np.diff(rec)[:-1] == cfg.steps // 100)
+    B = np.eye(8) + cfg.lr * A
+    for j, t in enumerate(rec):
+        wt = np.linalg.matrix_power(B, int(t)) @ w0
+        np.testing.assert_allclose(norm["linear"][:, j], np.linalg.norm(wt), rtol=1e-9)
+        np.testing.assert_allclose(maxv["linear"][:, j], np.abs(X @ wt).max(), rtol=1e-9)
+    wT = np.linalg.matrix_power(B, cfg.steps) @ w0
+    np.testing.assert_allclose(w_ratio, np.linalg.norm(wT) / np.linalg.norm(w0), rtol=1e-9)
+    assert res.metrics["linear_w_ratio"] == pytest.approx(np.linalg.norm(wT) / np.sqrt(107), rel=1e-9)
+    assert res.lam_max == pytest.approx(np.linalg.eigvals(A).real.max(), rel=1e-12)
+    assert res.metrics["lam_max"] == res.lam_max
+
+
+def test_network_curves_and_final_values_from_the_weights(short_run):
+    """For the three networks: max|V| at step 0 from the initial weights (the generator's first draws), and the final
+    max|V| and ‖θ‖ (all of M, b, w) recomputed from the weights run_baird returns after the last step."""
+    cfg, (rec, maxv, norm, final, ever, w_ratio, nets), res = short_run
+    X = eng.baird_features()
+    R, k = cfg.n_seeds, cfg.width
+    g = np.random.default_rng(11)
+    M0 = g.normal(0.0, np.sqrt(1 / 8), size=(R, k, 8))
+    w0 = g.normal(0.0, np.sqrt(1 / k), size=(R, k))
+    for v, ln in (("mlp", False), ("ln", True), ("ln_l2", True)):
+        f0 = _mlp_values(X, M0, np.zeros((R, k)), w0, ln)
+        np.testing.assert_allclose(maxv[v][:, 0], np.abs(f0).max(1), rtol=1e-9)
+        np.testing.assert_allclose(norm[v][:, 0], np.sqrt((M0**2).sum((1, 2)) + (w0**2).sum(1)), rtol=1e-9)
+        M, b, w = nets[v]
+        fT = _mlp_values(X, M, b, w, ln)
+        np.testing.assert_allclose(final[v], np.abs(fT).max(1), rtol=1e-9)
+        np.testing.assert_allclose(maxv[v][:, -1], final[v])
+        np.testing.assert_allclose(norm[v][:, -1], np.sqrt((M**2).sum((1, 2)) + (b**2).sum(1) + (w**2).sum(1)),
+                                   rtol=1e-9)
+        assert np.abs(b).max() > 1e-3                           # the biases moved, so leaving them out would show
+    assert (_mlp_values(X, M0, np.zeros((R, k)), w0, True) < 0).any()   # signed values: the plot takes |V|
+
+
+def test_median_norm_curve_and_badge_numbers(short_run, default_result):
+    """The norm chart's line is the median over seeds at each recorded step; the badges' median / worst / slow-seed
+    numbers are the median, maximum and count ≥ 0.1 of the final max|V| per seed."""
+    cfg, _, res = short_run
+    for r in (res, default_result):
+        for v in eng.VARIANTS:
+            for j in range(len(r.steps)):
+                col = [x for x in r.norm[v][:, j] if np.isfinite(x)]
+                if col:
+                    assert r.norm_median[v][j] == pytest.approx(np.median(col), rel=1e-12), (v, j)
+                else:
+                    assert np.isnan(r.norm_median[v][j]), (v, j)
+            fv = np.where(np.isfinite(r.final_maxv[v]), r.final_maxv[v], np.inf)
+            assert r.metrics[f"{v}_median"] == np.median(fv)
+            assert r.metrics[f"{v}_worst"] == np.max(fv)
+            assert r.metrics[f"{v}_slow"] == np.sum(fv >= 0.1)
+    # at the default two LayerNorm (η = 0) seeds end between 0.01 and 0.1 (0.060, 0.032), so the 0.1 cut matters
+    fin = default_result.final_maxv["ln"]
+    assert np.sum((fin > 0.01) & (fin < 0.1)) == 2 and default_result.metrics["ln_slow"] == 1
+    assert np.isnan(default_result.final_maxv["mlp"]).any()      # blown-up seeds are left out of the median line
+
+
+def test_sampled_updates_draw_minibatches_of_32_uniform_states():
+    cfg = eng.Config(updates="sampled")
+    mu = eng._state_weights(cfg, np.random.default_rng(0), 4000)
+    assert mu.shape == (4000, 7)
+    np.testing.assert_allclose(mu.sum(1), 1.0)
+    np.testing.assert_allclose(mu * 32, np.round(mu * 32))
+    np.testing.assert_allclose(mu.mean(0), 1 / 7, atol=0.01)       # every state, the lower one included
+    # the radio button reaches the run: sampled and expected updates give different curves from the same init
+    a = eng.run_baird(eng.Config(steps=500, n_seeds=2, width=8), np.random.default_rng(0))[1]
+    b = eng.run_baird(eng.Config(steps=500, n_seeds=2, width=8, updates="sampled"), np.random.default_rng(0))[1]
+    assert not np.allclose(a["ln_l2"], b["ln_l2"])
+
+
+def test_part_b_metrics_and_badges_read_the_learner_they_name(monkeypatch):
+    """Part B's wiring with the learners replaced by stubs: each metric card and badge reads its own learner, the seed
+    widget reaches every learner, and the two badges use their stated bars (2 × no-LayerNorm's return; DQN / PQN)."""
+    calls = []
+
+    def fake_pqn(cfg, seed, layernorm, progress=None):
+        calls.append(("pqn", seed, layernorm))
+        return {"x": np.array([1.0]), "ret": np.array([1.0]), "wall": np.array([1.0]),
+                "greedy": 100.0 if layernorm else 55.0, "seconds": 2.0 if layernorm else 3.0}
+
+    def fake_dqn(cfg, seed, progress=None):
+        calls.append(("dqn", seed, None))
+        return {"x": np.array([1.0]), "ret": np.array([1.0]), "wall": np.array([1.0]), "greedy": 30.0, "seconds": 5.0}
+
+    monkeypatch.setattr(eng, "train_pqn", fake_pqn)
+    monkeypatch.setattr(eng, "train_dqn", fake_dqn)
+    res = eng.run(eng.Config(run_pqn=True, steps=500, n_seeds=1, width=8, seed=7))
+    assert sorted(calls, key=str) == sorted([("pqn", 7, True), ("pqn", 7, False), ("dqn", 7, None)], key=str)
+    m = res.metrics
+    assert (m["pqn_ln_greedy"], m["pqn_noln_greedy"], m["dqn_greedy"]) == (100.0, 55.0, 30.0)
+    assert (m["pqn_seconds"], m["dqn_seconds"]) == (2.0, 5.0)
+    assert res.pqn["PQN (LayerNorm)"]["greedy"] == 100.0 and res.pqn["PQN (no LayerNorm)"]["greedy"] == 55.0
+    cl = {c.label: c for c in eng.claims(res)}
+    learns = cl["greedy return, PQN with LayerNorm"]
+    assert learns.threshold == 110.0 and not learns.passed       # 100 < max(60, 2 × 55)
+    wall = cl["DQN seconds / PQN seconds, same env steps"]
+    assert wall.measured == pytest.approx(2.5) and wall.passed
+
+
+class _RecordingCartPole(eng.CartPole):
+    """The engine's CartPole, keeping every step's done flags (the first instance is the training one)."""
+
+    made = []
+
+    def __init__(self, n, gen):
+        super().__init__(n, gen)
+        self.dones = []
+        _RecordingCartPole.made.append(self)
+
+    def step(self, action):
+        out = super().step(action)
+        self.dones.append(out[3].clone())
+        return out
+
+
+def _episode_returns(dones):
+    """Returns of the finished episodes in the order the engine appends them (step by step, env by env): reward 1 per
+    step, so an episode's return is its length."""
+    length = np.zeros(dones[0].shape[0])
+    out, per_step = [], []
+    for d in dones:
+        length += 1
+        d = d.numpy()
+        out.extend(length[d].tolist())
+        length[d] = 0
+        per_step.append(len(out))
+    return out, per_step
+
+
+def test_training_curves_are_the_last_20_episode_returns(monkeypatch, one_torch_thread):
+    """The 'Training return (last 20 episodes) vs env steps' curves of PQN and DQN, rebuilt from the environment's
+    done flags: x = env steps taken so far, y = mean return of the last 20 finished episodes; PQN's targets use the
+    λ of the slider."""
+    from types import SimpleNamespace
+
+    lams = []
+    real_lr = eng.lambda_returns
+    monkeypatch.setattr(eng, "lambda_returns", lambda *a: lams.append(a[-1]) or real_lr(*a))
+    monkeypatch.setattr(eng, "CartPole", _RecordingCartPole)
+    E, T = 8, eng.ROLLOUT
+    cfg = SimpleNamespace(n_envs=E, env_steps=E * T * 40, lam=0.3)
+    _RecordingCartPole.made = []
+    out = eng.train_pqn(cfg, seed=1, layernorm=True)
+    assert set(lams) == {0.3} and len(lams) == 40
+    finished, count = _episode_returns(_RecordingCartPole.made[0].dones)
+    want_x, want_y = [], []
+    for u in range(40):
+        n = count[(u + 1) * T - 1]
+        if n:
+            want_x.append((u + 1) * E * T)
+            want_y.append(np.mean(finished[:n][-20:]))
+    np.testing.assert_array_equal(out["x"], want_x)
+    np.testing.assert_allclose(out["ret"], want_y)
+    assert len(finished) > 25                                    # more than 20 episodes, so the window matters
+
+    _RecordingCartPole.made = []
+    out = eng.train_dqn(SimpleNamespace(env_steps=8 * 200), seed=1)
+    finished, count = _episode_returns(_RecordingCartPole.made[0].dones)
+    want = [((i + 1) * 8, np.mean(finished[:count[i]][-20:])) for i in range(200) if i % 32 == 0 and count[i]]
+    np.testing.assert_array_equal(out["x"], [x for x, _ in want])
+    np.testing.assert_allclose(out["ret"], [y for _, y in want])
+
+
+def test_greedy_return_counts_each_env_until_its_first_episode_ends():
+    """The greedy-return cards: a policy that always pushes right, on 16 CartPoles from the generator's start states,
+    against a numpy loop over gymnasium's equations that stops each env at its first termination."""
+    class Right(torch.nn.Module):
+        def forward(self, obs):
+            return torch.stack([torch.zeros(len(obs)), torch.ones(len(obs))], -1)
+
+    got = eng._greedy_eval(Right(), torch.Generator().manual_seed(5))
+    starts = ((torch.rand(16, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64) - 0.5) * 0.1).numpy()
+    lengths = []
+    for s in starts:
+        n = 0
+        while n < 500:
+            s = eng.CartPole.dynamics(s, 1)
+            n += 1
+            if abs(s[0]) > 2.4 or abs(s[2]) > 12 * 2 * np.pi / 360:
+                break
+        lengths.append(n)
+    assert len(set(lengths)) > 1                                 # envs end at different steps
+    assert got == pytest.approx(np.mean(lengths))

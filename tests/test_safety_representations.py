@@ -450,3 +450,136 @@ def test_lambda_returns_are_the_weighted_n_step_returns():
                      for n in range(1, N + 1)]
             want = (1 - lam) * sum(lam ** (n - 1) * nstep[n - 1] for n in range(1, N)) + lam ** (N - 1) * nstep[-1]
             assert G[t, e] == pytest.approx(want, rel=1e-12, abs=1e-12), (t, e)
+
+
+# ---------------------------------------------------------------- what the page reads off the result
+
+
+@pytest.fixture(scope="module")
+def small_two_seeds():
+    """A short run at first seed 1 with two training seeds, and the same seeds trained one by one."""
+    cfg = eng.Config(seed=1, n_seeds=2, env_steps=5_000, oracle=True)
+    r = eng.run(cfg)
+    single = {(v, s): eng._train(v, cfg, 1000 * cfg.seed + s) for v in r.variants for s in range(cfg.n_seeds)}
+    return cfg, r, single
+
+
+def test_seed_widget_and_first_seed_views(small_two_seeds):
+    """The seed widget picks training seeds 1000·seed + s (the lab table's seed 0 is that of seed 0); the heat maps,
+    the histogram, the label counts and the policy arrows all show the first training seed."""
+    cfg, r, single = small_two_seeds
+    for v in r.variants:
+        for s in range(cfg.n_seeds):
+            assert r.final_cost[v][s] == single[v, s]["final_cost"], (v, s)
+            assert r.eval_success[v][s] == single[v, s]["eval_success"], (v, s)
+            np.testing.assert_array_equal(r.cum_cost[v][s], single[v, s]["cum_cost"])
+        np.testing.assert_array_equal(r.arrows[v], single[v, 0]["arrows"])
+    first = single["srpl", 0]
+    np.testing.assert_array_equal(r.pred_dist, first["pred"])
+    np.testing.assert_array_equal(r.exact_dist, first["exact"])
+    np.testing.assert_array_equal(r.visits, first["visits"])
+    np.testing.assert_array_equal(r.label_hist, first["label_hist"])
+    assert not np.array_equal(single["srpl", 1]["pred"], first["pred"])          # the seeds differ
+    assert not np.array_equal(single["baseline", 1]["arrows"], single["baseline", 0]["arrows"])
+
+
+def _check_success_windows(r, outs):
+    """outs[v, s]: _train's output of training seed s; windows rebuilt from its episode ends."""
+    n_win = len(r.succ_x)
+    np.testing.assert_array_equal(r.succ_x, 1000 * np.arange(n_win) + 500)
+    assert (n_win - 1) * 1000 < r.steps[-1] <= n_win * 1000
+    for (v, s), out in outs.items():
+        ends, succ = out["ends_step"], out["ends_succ"]
+        for w in range(n_win):
+            sel = [bool(x) for e, x in zip(ends, succ) if w * 1000 < e <= (w + 1) * 1000]
+            got = r.succ_rate[v][s, w]
+            if sel:
+                assert got == pytest.approx(sum(sel) / len(sel)), (v, s, w)
+            else:
+                assert np.isnan(got), (v, s, w)
+
+
+def test_success_rate_windows_by_brute_force(small_two_seeds, res):
+    """'Share of episodes that reach the goal, per 1 000 steps': window w holds the episodes that ended at env steps
+    w·1000 + 1 … (w + 1)·1000, drawn at its centre; a window without an ending episode has no value. At the default
+    some episodes end exactly on a window edge (4 000, 8 000, ...), which must count in the window they close."""
+    cfg, r, single = small_two_seeds
+    _check_success_windows(r, single)
+    outs = {(v, 0): eng._train(v, eng.Config(), 0) for v in ("baseline", "srpl")}
+    assert any(np.any(o["ends_step"] % 1000 == 0) for o in outs.values())
+    _check_success_windows(res, outs)
+
+
+def test_visits_count_the_cells_the_agent_acted_in(small_two_seeds):
+    """The histogram title's visit count: one per environment step, on the cell the action was taken from, so never on a
+    hazard or on the goal (both end the episode)."""
+    cfg, r, single = small_two_seeds
+    out = single["srpl", 0]
+    water, _, goal = eng.parse_map(cfg.grid)
+    assert out["visits"].sum() == out["steps"][-1]
+    assert out["visits"][water].sum() == 0 and out["visits"][goal] == 0
+    assert out["final_cost"] > 0                              # hazards were entered, so the check has power
+
+
+def test_summary_metrics_are_seed_means_and_curve_ends(res):
+    """The caption's seed means, the per-variant violation curves (their last point is the violation count the
+    badges use) and the share of violations in the first 40 % of training."""
+    m = res.metrics
+    for v in res.variants:
+        assert m[f"cost_{v}"] == pytest.approx(np.mean(res.final_cost[v]))
+        assert m[f"success_{v}"] == pytest.approx(np.mean(res.eval_success[v]))
+        np.testing.assert_array_equal(res.cum_cost[v][:, -1], res.final_cost[v])
+        k = int(np.argmin(np.abs(res.steps - eng.EPS_FRAC * res.steps[-1])))
+        assert res.steps[k] == pytest.approx(eng.EPS_FRAC * res.steps[-1], rel=0.02)
+        assert m[f"explore_share_{v}"] == pytest.approx(res.cum_cost[v][:, k].sum() / res.cum_cost[v][:, -1].sum())
+    assert m["tv"] == pytest.approx(np.mean(res.tv))
+    # geometry line of the info box: the field map by brute force (see test_map_geometry_by_brute_force)
+    assert (m["land_cells"], m["land_cells_next_to_water"], m["max_hazard_distance"]) == (96, 22, 6)
+
+
+@pytest.mark.parametrize("bin_size", [1, 2])
+def test_risk_maxima_are_the_chance_of_a_cost_within_two_steps(bin_size):
+    """'largest predicted chance of a cost within about 2 steps' and the exact one: the probability of the bins of
+    δ ≤ 2 (two bins of one step, or one bin of two), largest over the land cells, first training seed."""
+    r = eng.run(eng.Config(n_seeds=1, env_steps=5_000, oracle=False, bin_size=bin_size))
+    land = ~r.water
+    for key, dist in (("risk_pred_max", r.pred_dist), ("risk_exact_max", r.exact_dist)):
+        within2 = dist[..., : 2 // bin_size].sum(-1)
+        assert r.metrics[key] == pytest.approx(within2[land].max()), key
+    assert r.metrics["risk_exact_max"] > 0.5
+
+
+def test_tv_badges_against_a_recount_on_every_land_cell(monkeypatch):
+    """With the label threshold at 0 every land cell but the goal is scored: the S2C's TV and the state-blind label
+    histogram's TV to the exact distribution, recomputed from the returned maps and the label counts."""
+    monkeypatch.setattr(eng, "MIN_LABELS", 0)
+    cfg = eng.Config(env_steps=5_000)
+    out = eng._train("srpl", cfg, 0)
+    water, _, goal = eng.parse_map(cfg.grid)
+    cells = ~water
+    cells[goal] = False
+    pred, exact = out["pred"][cells], out["exact"][cells]
+    marg = out["label_hist"] / out["label_hist"].sum()
+    assert out["tv"] == pytest.approx(np.mean(0.5 * np.abs(pred - exact).sum(1)))
+    assert out["tv_marginal"] == pytest.approx(np.mean(0.5 * np.abs(marg - exact).sum(1)))
+
+
+def test_episode_ends_and_labels_on_a_map_where_every_move_ends_the_episode(monkeypatch):
+    """On a 3 × 3 map where every move from the start enters a hazard or the goal, every episode lasts one step: each
+    of the E environments ends an episode at every step, so the episode-end step counts (read by the success-rate
+    windows) are E, …, E (E times), 2E, …, the agent only ever acts from the start cell, and each episode leaves one
+    label, δ = 1 after a hazard (first bin) or 'safe within H_s' after the goal (last bin)."""
+    monkeypatch.setitem(eng.MAPS, "cross", [".W.", "WSG", ".W."])
+    cfg = eng.Config(grid="cross", env_steps=5_000)
+    out = eng._train("srpl", cfg, 0)
+    E = eng.N_ENVS
+    total = int(out["steps"][-1])
+    np.testing.assert_array_equal(out["ends_step"], np.repeat(np.arange(1, total // E + 1) * E, E))
+    wins = int(out["ends_succ"].sum())
+    assert 0 < wins < total and wins + out["final_cost"] == total
+    assert out["visits"][1, 1] == total and out["visits"].sum() == total
+    assert out["label_hist"][0] == out["final_cost"] and out["label_hist"][-1] == wins
+    assert out["label_hist"].sum() == total
+    # here E episodes end on the window edge at step 4 000 (125 E): they belong to the window that step closes
+    r = eng.run(eng.Config(grid="cross", env_steps=5_000, n_seeds=1, oracle=False))
+    _check_success_windows(r, {("srpl", 0): out, ("baseline", 0): eng._train("baseline", cfg, 0)})
