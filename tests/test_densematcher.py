@@ -370,3 +370,91 @@ def test_spectral_icp_step_is_the_nearest_orthogonal_map():
     np.testing.assert_allclose(res.C_final, R, atol=1e-5)
     np.testing.assert_allclose(res.C_final @ res.C_final.T, np.eye(cfg.k), atol=1e-5)
     assert np.mean(res.map_final == eng.p2p_from_fmap(R, ph1, ph2)) > 0.99
+
+
+# ------------------------------------------------------------ what the page shows, recomputed from the maps
+
+def _edge_geodesics(verts, faces, sources):
+    """Shortest paths along mesh edges, built here from the faces (not with the engine's edge_graph)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    e = np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [0, 2]]])
+    e = np.unique(np.sort(e, axis=1), axis=0)
+    w = np.linalg.norm(verts[e[:, 0]] - verts[e[:, 1]], axis=1)
+    n = len(verts)
+    G = csr_matrix((np.r_[w, w], (np.r_[e[:, 0], e[:, 1]], np.r_[e[:, 1], e[:, 0]])), shape=(n, n))
+    return dijkstra(G, directed=True, indices=sources)
+
+
+def test_shown_errors_coverage_and_basis_sizes_follow_the_maps(default_result):
+    """The page's metric tiles, refinement chart / CSV and accuracy curves, recomputed from the three point maps it
+    also shows: per-vertex error = edge-graph geodesic distance from the true match to the chosen source vertex over
+    the diameter; the xyz baseline is the brute-force nearest source vertex; coverage = share of distinct source
+    vertices hit; ZoomOut grows the basis by zoom_inc per step."""
+    cfg = eng.Config()
+    r, m = default_result, default_result.metrics
+    src, tgt, truth, _ = eng.make_pair(cfg)
+    np.testing.assert_array_equal(r.source_faces, src.faces)
+    ev = r.eval_idx.astype(int)
+    D = _edge_geodesics(src.verts, src.faces, truth[ev])
+    diam = D[np.isfinite(D)].max()
+    rows = np.arange(len(ev))
+    for err, T in ((r.err_final, r.map_final), (r.err_init, r.map_init), (r.err_xyz, r.map_xyz)):
+        np.testing.assert_allclose(err, D[rows, T[ev]] / diam, rtol=1e-5, atol=1e-6)
+    d2 = ((tgt.verts[:, None, :] - src.verts[None, :, :]) ** 2).sum(-1)
+    assert np.mean(np.argmin(d2, axis=1) == r.map_xyz) > 0.999
+    assert m["err_final"] == pytest.approx(r.err_final.mean(), rel=1e-5)
+    assert m["err_init"] == pytest.approx(r.err_init.mean(), rel=1e-5)
+    assert m["err_xyz"] == pytest.approx(r.err_xyz.mean(), rel=1e-5)
+    assert m["acc_at_5"] == pytest.approx(np.mean(r.err_final <= 0.05), abs=1e-9)
+    assert m["acc_at_5_xyz"] == pytest.approx(np.mean(r.err_xyz <= 0.05), abs=1e-9)
+    assert r.step_err[0] == pytest.approx(m["err_init"]) and r.step_err[-1] == pytest.approx(m["err_final"])
+    n1, n2 = len(r.source_verts), len(r.target_verts)
+    assert (m["n_source"], m["n_target"]) == (n1, n2) == (cfg.n_vertices, round(cfg.n_vertices * cfg.target_ratio))
+    assert m["coverage_final"] == pytest.approx(len(set(r.map_final.tolist())) / n1)
+    assert r.step_coverage[-1] == pytest.approx(m["coverage_final"])
+    assert r.step_coverage[0] == pytest.approx(len(set(r.map_init.tolist())) / n1)
+    assert list(r.step_k) == [cfg.k + cfg.zoom_inc * s for s in range(cfg.refine_steps + 1)]
+    assert m["k_final"] == r.C_final.shape[0] == r.step_k[-1]
+    # the accuracy curves: share of evaluated vertices within each error, by a loop
+    eps, curves = eng.accuracy_curves(r)
+    for name, err in (("refined", r.err_final), ("initial", r.err_init), ("xyz nearest neighbour", r.err_xyz)):
+        want = [sum(e <= x for e in err) / len(err) for x in eps[::10]]
+        np.testing.assert_allclose(curves[name][::10], want, err_msg=name)
+
+
+def test_isometry_caption_and_exact_match_rate_without_retessellation():
+    """With the target a permuted copy, the page's caption reports the mean |log| change of edge lengths (computed
+    here from the true map) and the share of target vertices mapped exactly onto their source vertex."""
+    cfg = eng.Config(remesh=False, n_vertices=800)
+    r = eng.run(cfg)
+    src, tgt, truth, _ = eng.make_pair(cfg)
+    where = np.argsort(truth)                           # source vertex s sits at target index where[s]
+    e = np.concatenate([src.faces[:, [0, 1]], src.faces[:, [1, 2]], src.faces[:, [2, 0]]])
+    l1 = np.linalg.norm(src.verts[e[:, 0]] - src.verts[e[:, 1]], axis=1)
+    l2 = np.linalg.norm(tgt.verts[where[e[:, 0]]] - tgt.verts[where[e[:, 1]]], axis=1)
+    assert r.metrics["edge_distortion"] == pytest.approx(np.mean(np.abs(np.log(l2 / l1))), rel=1e-9)
+    assert r.metrics["exact_match_rate"] == pytest.approx(np.mean(r.map_final == truth))
+
+
+def test_deformation_widgets_match_their_help_text():
+    """'Bend: 1 = half a turn along the body; twist: 1 = ±90°; stretch: 1 = twice as long', on hand-made points."""
+    x = np.linspace(-2.0, 2.0, 801)
+    line = np.stack([x, np.zeros_like(x), np.zeros_like(x)], axis=1)
+    for s in (1.0, 0.5):
+        out = eng.deform_points(line, "bend", s)
+        t0, t1 = out[1] - out[0], out[-1] - out[-2]
+        turn = np.arccos(np.clip(t0 @ t1 / np.linalg.norm(t0) / np.linalg.norm(t1), -1, 1))
+        assert turn == pytest.approx(np.pi * s, abs=1e-2)
+        # the centre line is bent without stretching
+        np.testing.assert_allclose(np.linalg.norm(np.diff(out, axis=0), axis=1), 0.005, rtol=1e-3)
+    pts = np.array([[2.0, 0.3, 0.0], [-2.0, 0.3, 0.0], [0.0, 0.3, 0.0]])
+    np.testing.assert_allclose(eng.deform_points(pts, "twist", 1.0), [[2, 0, 0.3], [-2, 0, -0.3], [0, 0.3, 0]],
+                               atol=1e-12)
+    half = eng.deform_points(pts, "twist", 0.5)
+    np.testing.assert_allclose(half[0], [2, 0.3 / np.sqrt(2), 0.3 / np.sqrt(2)], atol=1e-12)
+    for s in (1.0, 0.4):
+        out = eng.deform_points(line, "stretch", s)
+        assert np.ptp(out[:, 0]) == pytest.approx((1 + s) * np.ptp(x))
+    np.testing.assert_array_equal(eng.deform_points(pts, "none", 1.0), pts)

@@ -188,6 +188,10 @@ def test_classifier_guidance_arms_and_their_claim():
     assert claim.measured == pytest.approx(m["success_mcss"] - max(m[f"success[CG s={s}]"] for s in ("1", "10",
                                                                                                     "30")))
     assert claim.passed, claim.describe()
+    # the detail names the best scale and its success: the scale with the highest success in the table
+    best = max(("1", "10", "30"), key=lambda s: m[f"success[CG s={s}]"])
+    assert m["success_best_cg"] == m[f"success[CG s={best}]"]
+    assert m[f"success[CG s={m['cg_best_s']:g}]"] == m["success_best_cg"]
     assert eng.estimated_gflop(cfg) > eng.estimated_gflop(eng.Config())
     assert not any(c for c in eng.claims(eng.run(eng.Config())) if "classifier guidance" in c.statement)
 
@@ -514,3 +518,92 @@ def test_agent_disc_keeps_clear_of_every_wall_square():
         dy = np.maximum(np.maximum(wr - y, y - (wr + 1)), 0.0)
         closest = min(closest, float(np.hypot(dx, dy).min()))
     assert closest >= eng.RADIUS - 1e-9, closest
+
+
+# ----------------------------------------------------------------------------- page numbers, recomputed
+
+def test_success_and_time_to_goal_columns_follow_the_drawn_trajectories(default_result):
+    """The page's table of success and time to goal per variant, recomputed from the trajectories it draws: an
+    episode succeeds at the first step whose position lies within GOAL_RADIUS of the goal centre (distance computed
+    here), time to goal counts a failed episode as the full EPISODE_STEPS."""
+    r, m = default_result, default_result.metrics
+    assert r.traj.shape[:2] == r.first.shape == (len(r.names), eng.Config().episodes)
+    goal = np.array([eng.GOAL_CELL[1] + 0.5, eng.GOAL_CELL[0] + 0.5])
+    for i, nm in enumerate(r.names):
+        inside = np.linalg.norm(r.traj[i].astype(np.float64) - goal, axis=-1) <= eng.GOAL_RADIUS + 1e-6
+        inside[:, 0] = False                             # the start is far from the goal
+        want = np.where(inside.any(1), np.argmax(inside, axis=1), -1)
+        np.testing.assert_array_equal(r.first[i], want, err_msg=nm)
+        assert m[f"success[{nm}]"] == pytest.approx(np.mean(want >= 0)), nm
+        assert m[f"time_to_goal[{nm}]"] == pytest.approx(np.mean([f if f >= 0 else 200 for f in want])), nm
+
+
+def test_claim_numbers_follow_the_per_variant_successes(default_result):
+    """Badge values and details are the per-variant successes of the table: N = 1 is the unconditional planner, the
+    best CFG is the single-plan weight with the highest success, the equal-compute CFG numbers belong to the arms
+    that spend 2 S and 4 S passes at that weight, and the scaling gaps follow from N = 1, 4, 12."""
+    r, m = default_result, default_result.metrics
+    cfg = eng.Config()
+    s = {nm: m[f"success[{nm}]"] for nm in r.names}
+    assert m["success_n1"] == m["success_uncond"] == s["unconditional"]
+    for n in (2, 4, 12):
+        assert m[f"success_n{n}"] == s[f"MCSS N={n}"], n
+    assert m["success_mcss"] == s[f"MCSS N={cfg.candidates}"]
+    assert m["mcss_minus_uncond"] == pytest.approx(s[f"MCSS N={cfg.candidates}"] - s["unconditional"])
+    assert m["scaling_gain"] == pytest.approx(s["MCSS N=12"] - s["unconditional"])
+    assert m["scaling_monotone_gap"] == pytest.approx(min(s["MCSS N=4"] - s["unconditional"],
+                                                          s["MCSS N=12"] - s["MCSS N=4"]))
+    singles = {w: s[f"CFG w={w:g}"] for w in cfg.cfg_weights}
+    assert m["success_best_cfg"] == max(singles.values()) == s[r.best_cfg]
+    assert m["mcss_minus_best_cfg"] == pytest.approx(m["success_mcss"] - max(singles.values()))
+    w = m["cfg_best_w"]
+    assert singles[w] == max(singles.values())
+    for budget, key in ((2, "success_cfg_nfe2S"), (4, "success_cfg_nfe4S")):
+        (arm,) = [nm for nm in r.names if nm.startswith(f"CFG w={w:g}") and r.nfe[nm] == budget * cfg.ddim_steps]
+        assert m[key] == s[arm], (key, arm)
+        assert m[f"equal_nfe_gap_{budget}S"] == pytest.approx(s[f"MCSS N={budget}"] - s[arm])
+
+
+def _bfs_distance_of_points(pts):
+    """networkx shortest-path length from each point's cell to the goal cell; a point inside a wall takes the
+    distance of the nearest free cell centre (as maze_distance_to_goal documents)."""
+    g = nx.grid_2d_graph(*eng.WALLS.shape)
+    g.remove_nodes_from([c for c in list(g.nodes) if eng.WALLS[c]])
+    ref = nx.single_source_shortest_path_length(g, eng.GOAL_CELL)
+    cells = sorted(ref)
+    centres = np.array([[c + 0.5, r + 0.5] for r, c in cells])
+    out = []
+    for x, y in pts:
+        cell = (min(max(int(np.floor(y)), 0), eng.WALLS.shape[0] - 1), min(max(int(np.floor(x)), 0),
+                                                                          eng.WALLS.shape[1] - 1))
+        if cell not in ref:
+            cell = cells[int(np.argmin(np.linalg.norm(centres - [x, y], axis=1)))]
+        out.append(ref[cell])
+    return np.array(out, float)
+
+
+def test_first_moment_candidates_pick_and_scatter_points(default_result):
+    """Section 'one replanning moment': the N = 12 candidates of episode 0 at step 0 start at that episode's start
+    and the highlighted pick is the one the critic values most. Those candidates are also the first MCSS candidates
+    of the critic scatter: where one of them was subsampled into it, its plotted closest-approach and end-point BFS
+    distances are networkx's, and the Spearman numbers in the caption are scipy's on the plotted points."""
+    from scipy.stats import spearmanr
+
+    r, m = default_result, default_result.metrics
+    for nm, mom in r.moment.items():
+        assert mom["pick"] == int(np.argmax(mom["values"])), nm
+        np.testing.assert_allclose(mom["plans"][:, 0], np.broadcast_to(r.traj[r.names.index(nm), 0, 0],
+                                                                       mom["plans"][:, 0].shape), atol=1e-5)
+    mom = r.moment[f"MCSS N={eng.Config().candidates}"]
+    found = 0
+    for plan, v in zip(mom["plans"], mom["values"]):
+        hit = np.flatnonzero(r.cand_values == v)
+        if len(hit) == 1:
+            d = _bfs_distance_of_points(plan)
+            assert r.cand_dist[hit[0]] == d.min() and r.cand_end_dist[hit[0]] == d[-1]
+            found += 1
+    assert found >= 3
+    assert np.all(r.cand_dist <= r.cand_end_dist)
+    assert m["critic_spearman_vs_distance"] == pytest.approx(spearmanr(r.cand_values, r.cand_dist).statistic)
+    assert m["critic_spearman_vs_end_distance"] == pytest.approx(spearmanr(r.cand_values,
+                                                                          r.cand_end_dist).statistic)

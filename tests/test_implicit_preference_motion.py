@@ -285,3 +285,189 @@ def test_rollout_many_equals_separate_rollouts_with_the_same_seed():
         single = eng.rollout(pol, init, torch.Generator().manual_seed(7))[0]
         torch.testing.assert_close(both[i], single, atol=1e-4, rtol=1e-5)
     assert not torch.allclose(both[0], both[1])  # the two policies do differ
+
+
+# ---------------------------------------------------------------- what the page shows, recomputed
+
+def test_badge_metrics_follow_the_realism_table(default_result):
+    """The badges' measured values and details are read off the realism table (section 3): ratios DPA-OMF /
+    reference, and the two gaps to the adversarial baseline, the failure gap with the +0.01 its label names."""
+    m, t = default_result.metrics, default_result.table
+    ref, dpa, adv = t["reference"], t["DPA-OMF"], t["adversarial"]
+    assert (m["ref_failure"], m["dpa_failure"], m["adv_failure"]) == (ref["failure"], dpa["failure"], adv["failure"])
+    assert (m["ref_omf"], m["dpa_omf"], m["adv_omf"]) == (ref["omf"], dpa["omf"], adv["omf"])
+    assert m["omf_ratio"] == pytest.approx(dpa["omf"] / ref["omf"])
+    assert m["fail_ratio"] == pytest.approx(dpa["failure"] / ref["failure"])
+    assert m["omf_gap"] == pytest.approx(adv["omf"] - dpa["omf"])
+    assert m["fail_gap"] == pytest.approx(adv["failure"] + 0.01 - dpa["failure"])
+    c = eng.claims(default_result)
+    assert c[2].measured == m["omf_gap"] and c[3].measured == m["fail_gap"]
+
+
+def test_realism_rates_and_bootstrap_errors_on_hand_made_flags():
+    """_realism on hand-made event flags (2 reps x 3 scenes, rows rep-major as _evaluate lays them out): a rate is
+    the share of agent trajectories with the event at any step, failure the share with either event (an agent with
+    both counts once), and the error bar the std of 200 bootstrap means over scenes of per-scene rates averaged over
+    reps and agents; all by loops here, with the same bootstrap draws."""
+    reps, n, T, A = 2, 3, eng.HORIZON, eng.N_AGENTS
+    rng = np.random.default_rng(8)
+    coll = rng.random((reps * n, T + 1, A)) < 0.03
+    off = rng.random((reps * n, T + 1, A)) < 0.03
+    coll[0, 5, 2] = off[0, 7, 2] = True              # one agent with both events
+    d = rng.random(reps * n)
+    S = np.zeros((reps * n, T + 1, A, 3))
+    out, err = eng._realism(S, d, coll, off, {"states": S[:n]}, n, reps, np.random.default_rng(0))
+    ca, oa = coll.any(1), off.any(1)
+
+    def share(flag):
+        return sum(bool(flag[b, a]) for b in range(reps * n) for a in range(A)) / (reps * n * A)
+
+    assert out["collision"] == pytest.approx(share(ca))
+    assert out["offroad"] == pytest.approx(share(oa))
+    assert out["failure"] == pytest.approx(share(ca | oa))
+    assert out["failure"] < out["collision"] + out["offroad"]
+    assert out["omf"] == pytest.approx(d.mean())
+    boots = np.random.default_rng(0).integers(0, n, (200, n))
+
+    def per_scene(flag_or_d):
+        vals = []
+        for s in range(n):
+            rows = [rep * n + s for rep in range(reps)]
+            v = np.asarray(flag_or_d, float)[rows]
+            vals.append(v.mean())
+        return np.array(vals)
+
+    for key, arr in (("collision", ca), ("offroad", oa), ("failure", ca | oa), ("omf", d)):
+        ps = per_scene(arr)
+        want = np.std([ps[b].mean() for b in boots])
+        assert err[key] == pytest.approx(want, rel=1e-9, abs=1e-12), key
+
+
+def test_ranked_panel_and_preference_numbers_recomputed_from_fresh_rollouts(default_result):
+    """Section 2 and the caption above it, rebuilt here: the default run ranks K = 8 reference rollouts of each of
+    the first M = 128 training scenes after its seeded shuffle (rollout generator seeded with the seed). The panel
+    shows scene 0's rollouts in increasing OMF distance to that scene's own log, with their event flags, and the
+    caption's failure share and the claim's agreement (own log) and control (previous scene's log) come from them."""
+    cfg = eng.Config()
+    M, K = cfg.n_scenes, cfg.k_samples
+    r, m = default_result, default_result.metrics
+    train, _ = eng._banks()
+    order = np.random.default_rng(cfg.seed).permutation(eng.N_TRAIN_SCENES)[:M]
+    init = torch.as_tensor(train["init"][order], dtype=torch.float32)
+    init = init[:, None].expand(M, K, eng.N_AGENTS, 3).reshape(M * K, eng.N_AGENTS, 3)
+    S = eng.rollout(eng.load_reference(), init, torch.Generator().manual_seed(cfg.seed))[0].numpy()
+    coll, off = eng.events(S)
+    fail = (coll.any(1) | off.any(1)).any(-1).reshape(M, K)
+    assert m["pref_fail_rate"] == pytest.approx(fail.mean())
+    # the panel: scene 0's rollouts sorted by their distance to scene 0's log
+    exp0 = train["states"][order[0]]
+    np.testing.assert_allclose(r.rank_expert, exp0, atol=1e-4)
+    np.testing.assert_allclose(r.rank_states[:, 0], np.broadcast_to(exp0[0], r.rank_states[:, 0].shape), atol=1e-4)
+    d0 = eng.omf_distance(S[:K], np.repeat(exp0[None], K, 0), cfg.event_weight)
+    np.testing.assert_allclose(r.rank_dist, np.sort(d0), rtol=1e-6)
+    np.testing.assert_allclose(r.rank_states, S[:K][np.argsort(d0)], atol=1e-4)
+    rc, ro = eng.events(r.rank_states)
+    np.testing.assert_array_equal(r.rank_events, rc | ro)
+    # agreement on mixed pairs (exactly one of two rollouts fails), by loops
+    d = eng.omf_distance(S, np.repeat(train["states"][order], K, 0), cfg.event_weight).reshape(M, K)
+    mc = min(M, 32)
+    d_ctrl = eng.omf_distance(S[:mc * K], np.repeat(train["states"][order[np.roll(np.arange(mc), 1)]], K, 0),
+                              cfg.event_weight).reshape(mc, K)
+
+    def agreement(dist):
+        hits = tot = 0
+        for i in range(len(dist)):
+            for j in range(K):
+                for k in range(j + 1, K):
+                    if fail[i, j] != fail[i, k]:
+                        clean, bad = (j, k) if not fail[i, j] else (k, j)
+                        hits += dist[i, clean] < dist[i, bad]
+                        tot += 1
+        return hits / tot, tot
+
+    a, n_mixed = agreement(d)
+    assert m["agreement"] == pytest.approx(a) and m["n_mixed_pairs"] == n_mixed
+    assert m["agreement_control"] == pytest.approx(agreement(d_ctrl)[0])
+
+
+def test_scene_view_events_belong_to_the_drawn_rollouts(default_result):
+    """Section 1 draws view_states[method][scene] with red crosses at view_events: the flags must be the events of
+    exactly those states (collision or off-road), and every rollout starts from the held-out scene's initial state."""
+    r = default_result
+    _, held = eng._banks()
+    assert set(r.view_states) == {"expert", "reference", "DPA-OMF", "adversarial"}
+    for name, S in r.view_states.items():
+        assert S.shape == (eng.N_HELD, eng.HORIZON + 1, eng.N_AGENTS, 3)
+        c, o = eng.events(S.astype(np.float64))
+        assert np.mean(r.view_events[name] == (c | o)) > 0.9999, name
+        np.testing.assert_allclose(S[:, 0], held["states"][:, 0], atol=1e-4)
+    assert any(r.view_events[n].any() for n in ("reference", "adversarial"))
+
+
+def test_dpo_snapshots_are_the_policy_after_each_marked_step():
+    """The held-out OMF curve of section 4 evaluates copies of the policy at DPO steps 0, ..., dpo_steps: the copy at
+    the last mark must be the policy that training returns, and the copy at 0 the reference."""
+    ref = eng.load_reference()
+    train, _ = eng._banks()
+    st = torch.as_tensor(train["states"][:6], dtype=torch.float32)
+    F = eng.expert_features(st)
+    T = torch.as_tensor(train["tokens"][:6])
+    data = (F[:3], T[:3], F[3:], T[3:])
+    pol, hist, snaps = eng._dpo(ref, data, eng.Config(dpo_steps=6), 6, None, marks=(0, 3, 6))
+    assert len(hist) == 6 and len(snaps) == 3 and snaps[0] is ref
+    for a, b in zip(snaps[-1].parameters(), pol.parameters()):
+        assert torch.equal(a, b)
+    assert any(not torch.equal(a, b) for a, b in zip(snaps[1].parameters(), pol.parameters()))
+
+
+def test_scaling_sweep_last_point_is_the_main_run():
+    """Section 5: at M equal to the slider's M the sweep reuses the main DPA-OMF policy, so its held-out OMF distance
+    and failure share equal the realism table's DPA-OMF row (failure = collision or off-road)."""
+    r = eng.run(eng.Config(n_scenes=32, dpo_steps=20, sweep=True, baseline=False))
+    assert list(r.sweep_m) == [16, 32]
+    dpa = r.table["DPA-OMF"]
+    assert r.sweep_omf[-1] == pytest.approx(dpa["omf"])
+    assert r.sweep_fail[-1] == pytest.approx(dpa["failure"])
+    assert dpa["failure"] > dpa["collision"]          # off-road events matter for this check
+
+
+def test_occupancy_features_and_sinkhorn_epsilon_follow_the_formulas():
+    """How-it-works: phi = (x/10, y/1.75, v/5, t/4, w collision, w off-road) at t = 2, 4, ..., T, and Sinkhorn's
+    epsilon = 0.05 median(C) with C the squared Euclidean costs (scipy's cdist here)."""
+    from scipy.spatial.distance import cdist
+
+    rng = np.random.default_rng(2)
+    s = np.zeros((1, eng.HORIZON + 1, eng.N_AGENTS, 3))
+    s[0, :, :, 0] = np.arange(eng.N_AGENTS) * 20.0 + rng.uniform(0, 5, (eng.HORIZON + 1, 1))
+    s[0, :, :, 1] = rng.choice(eng.LANES, eng.N_AGENTS)
+    s[0, :, :, 2] = rng.uniform(5, 15, (eng.HORIZON + 1, eng.N_AGENTS))
+    occ = eng.occupancy(s, 3.0)[0].reshape(len(eng.OCC_STEPS), eng.N_AGENTS, 6)
+    for k, t in enumerate(range(2, eng.HORIZON + 1, 2)):
+        for a in range(eng.N_AGENTS):
+            x, y, v = s[0, t, a]
+            np.testing.assert_allclose(occ[k, a], [x / 10, y / 1.75, v / 5, t / 4, 0, 0], rtol=1e-6)
+    X, Y = rng.normal(size=(3, 20, 6)), rng.normal(size=(3, 25, 6)) + 1.0
+    _, eps = eng.sinkhorn_batch(X, Y)
+    for i in range(3):
+        assert eps[i] == pytest.approx(0.05 * np.median(cdist(X[i], Y[i], "sqeuclidean")), rel=1e-9)
+
+
+def test_seed_widget_reaches_the_held_out_sampling():
+    """With 0 DPO steps every method is the reference, so the only thing the Seed widget can change in the held-out
+    evaluation is the sampling noise: the drawn reference rollouts must differ between seeds 0 and 1, while both
+    start from the same held-out scenes."""
+    a, b = (eng.run(eng.Config(dpo_steps=0, n_scenes=16, baseline=False, seed=s)).view_states["reference"]
+            for s in (0, 1))
+    np.testing.assert_array_equal(a[:, 0], b[:, 0])
+    assert not np.allclose(a, b)
+
+
+def test_ranked_panel_marks_off_road_events_too():
+    """The red crosses of section 2 mark collision OR off-road. At seed 3 (16 scenes, no DPO) the shown scene's
+    rollouts leave the road without colliding (25 such agent-steps, measured), so a panel that marked collisions
+    only would miss them."""
+    r = eng.run(eng.Config(seed=3, n_scenes=16, dpo_steps=0, baseline=False))
+    c, o = eng.events(r.rank_states.astype(np.float64))
+    assert (o & ~c).any()
+    np.testing.assert_array_equal(r.rank_events, c | o)
+    assert np.all(np.diff(r.rank_dist) >= 0)
