@@ -40,7 +40,7 @@ layout.paper_header(
         f"{eng.LAMBDA_E:g}) rather than the spec's 1, 1000, 1 "
         "(at seed 0 with the refinement on, both pass every badge and ours leaves the smaller death-rate error, "
         "as a test checks), "
-        "and it drifts when run long (100 joint iterations at seed 0 fail two badges)."
+        "and it drifts when run long (100 joint iterations at seed 0 fail two badges, as a test checks)."
     ),
 )
 
