@@ -338,12 +338,9 @@ def test_work_estimate_admits_the_spec_setting_and_refuses_the_worst_with_a_work
         assert eng.estimated_seconds(eng.Config(**kw)) > base
 
 
-def test_reported_metrics_recomputed_from_the_trained_flow(monkeypatch):
-    """The badges' numbers follow their definitions on the flow run() trained: calibration is measured against
-    the starting label (1/K, ..., 1/K), the label gain uses clipped means at c* and at c = 0, and the ROC-AUC of
-    log q(x; c*) - log q(x; 0) on held-out failure vs nominal points matches scikit-learn."""
-    from sklearn.metrics import roc_auc_score
-
+def _install_spies(mp):
+    """Wrap train_stacked and two_moons so that a run records the flows it trained (``seen``) and every data set it
+    drew (``moons``: (n, failure, extra args, points)); the wrappers return the engine's own values."""
     seen, moons = {}, []
     real_train, real_moons = eng.train_stacked, eng.two_moons
 
@@ -354,18 +351,28 @@ def test_reported_metrics_recomputed_from_the_trained_flow(monkeypatch):
 
     def spy_moons(rng, n, failure, *a):
         x = real_moons(rng, n, failure, *a)
-        moons.append((n, failure, x))
+        moons.append((n, failure, a, x))
         return x
 
-    monkeypatch.setattr(eng, "train_stacked", spy_train)
-    monkeypatch.setattr(eng, "two_moons", spy_moons)
+    mp.setattr(eng, "train_stacked", spy_train)
+    mp.setattr(eng, "two_moons", spy_moons)
+    return seen, moons
+
+
+def test_reported_metrics_recomputed_from_the_trained_flow(monkeypatch):
+    """The badges' numbers follow their definitions on the flow run() trained: calibration is measured against
+    the starting label (1/K, ..., 1/K), the label gain uses clipped means at c* and at c = 0, and the ROC-AUC of
+    log q(x; c*) - log q(x; 0) on held-out failure vs nominal points matches scikit-learn."""
+    from sklearn.metrics import roc_auc_score
+
+    seen, moons = _install_spies(monkeypatch)
     cfg = eng.Config(steps=100, K=3)
     res = eng.run(cfg)
     m, K = res.metrics, cfg.K
     assert seen["jobs"][0].method == "calnf"
     flow, c_star, _ = seen["out"][0]
     held_f = seen["held_f"]
-    (held_n,) = [x for n, f, x in moons if n == eng.N_HELDOUT and not f]
+    (held_n,) = [x for n, f, _, x in moons if n == eng.N_HELDOUT and not f]
 
     def lp(x, c):
         with torch.no_grad():
@@ -387,22 +394,8 @@ def test_reported_metrics_recomputed_from_the_trained_flow(monkeypatch):
 def spied_run():
     """A short 'compare all' run on the shifted geometry (seed 1, K = 4), with every flow, label and data set
     run() used caught by spies that return the engine's own values (so the run is unchanged)."""
-    seen, moons = {}, []
-    real_train, real_moons = eng.train_stacked, eng.two_moons
-
-    def spy_train(jobs, *a, **kw):
-        out = real_train(jobs, *a, **kw)
-        seen.update(jobs=jobs, out=out, held_f=kw["held_failure"])
-        return out
-
-    def spy_moons(rng, n, failure, *a):
-        x = real_moons(rng, n, failure, *a)
-        moons.append((n, failure, a, x))
-        return x
-
     mp = pytest.MonkeyPatch()
-    mp.setattr(eng, "train_stacked", spy_train)
-    mp.setattr(eng, "two_moons", spy_moons)
+    seen, moons = _install_spies(mp)
     try:
         cfg = eng.Config(steps=100, K=4, geometry="shifted", compare_all=True, seed=1)
         res = eng.run(cfg)
