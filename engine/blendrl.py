@@ -461,7 +461,7 @@ def evaluate_many(agent: BlendAgent, variants, n: int, seed: int) -> dict:
 
 
 def rollout(agent: BlendAgent, variant: str, seed: int) -> dict:
-    """One rendered episode: positions, actions, beta_n, fired clause per step."""
+    """One rendered episode: positions, actions, beta_n, fired clause per step (-1: none, always for a neural agent)."""
     rng = np.random.default_rng(seed)
     env = Climber(1, variant, rng, auto_reset=False)
     gen = torch.Generator().manual_seed(seed)
@@ -476,7 +476,8 @@ def rollout(agent: BlendAgent, variant: str, seed: int) -> dict:
         acts.append(a)
         betas.append(float(b[0, 0]))
         rews.append(float(r[0] - info["shaping"][0]))
-        fired.append(int(v[0].argmax()) if float(v[0].max()) > 0.05 else -1)
+        # a neural agent never consults its (untrained) rules: no rule is named for its steps
+        fired.append(int(v[0].argmax()) if agent.kind != "neural" and float(v[0].max()) > 0.05 else -1)
         frames.append(env.state())
         if d[0]:
             break
@@ -531,7 +532,7 @@ class Result:
     table: dict                 # agent -> variant -> dict(success, ret, beta_near, beta_far)
     episode: dict
     beta_map: np.ndarray
-    rule_weights: np.ndarray    # (clauses,) of the blend agent (or the rendered agent when live)
+    rule_weights: np.ndarray    # (clauses,) of the rendered agent; of the blend agent when a neural one is rendered
     blend_weights: np.ndarray
     curves: dict                # agent -> dict(steps, ret, succ)
     source: str

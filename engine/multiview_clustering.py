@@ -403,7 +403,9 @@ def _run(config: Config, progress=None) -> Result:
         "acc_dcca": sc["deep CCA + k-means (no permutations)"]["ACC"],
         "labelled_share": float(lab_mask.mean()),
         **({"nmi_noperm": sc[ABLATION]["NMI"], "acc_noperm": sc[ABLATION]["ACC"]} if ABLATION in sc else {}),
-        "pseudo_label_acc": float(np.mean(_matched(y, pred)[lab_mask] == y[lab_mask])) if lab_mask.any() else 0.0,
+        # how often the last epoch's pseudo-labels name the true class (clusters matched to classes first)
+        "pseudo_label_acc": float(np.mean(_matched(y[lab_mask], pseudo[lab_mask]) == y[lab_mask]))
+        if lab_mask.any() else 0.0,
     }
     examples = {}
     if cfg.dataset == "digits":

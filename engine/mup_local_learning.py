@@ -108,7 +108,7 @@ class Result:
     b_widths: np.ndarray
     b_cos_fo: dict                     # (param, schedule) -> (widths,) cos(PC, first-order)
     b_cos_gn: dict
-    b_cos_fo_gn: np.ndarray            # (widths,) cos(first-order, GN) under μP
+    b_cos_fo_gn: dict                  # param -> (widths,) cos(first-order, GN); neither direction depends on γ
     metrics: dict[str, float] = field(default_factory=dict)
     notes: list = field(default_factory=list)
 
@@ -321,20 +321,22 @@ def cosine(a, b) -> float:
 
 def experiment_b(cfg: Config):
     cos_fo, cos_gn = {}, {}
-    fo_gn = []
+    fo_gn = {}
     for p in ("muP", "SP"):
         for sch in B_SCHEDULES:
-            a, b = [], []
+            a, b, c = [], [], []
             for m in B_WIDTHS:
                 gam = {"fixed γ = 1": 1.0, "γ = M": float(m), "γ = 100·M": 100.0 * m}[sch]
                 d = linear_directions(m, gam, p, cfg.cond, cfg.seed)
                 a.append(cosine(d["pc"], d["fo"]))
                 b.append(cosine(d["pc"], d["gn"]))
-                if p == "muP" and sch == B_SCHEDULES[0]:
-                    fo_gn.append(cosine(d["fo"], d["gn"]))
+                if sch == B_SCHEDULES[0]:
+                    c.append(cosine(d["fo"], d["gn"]))
             cos_fo[(p, sch)] = np.array(a)
             cos_gn[(p, sch)] = np.array(b)
-    return cos_fo, cos_gn, np.array(fo_gn)
+            if sch == B_SCHEDULES[0]:
+                fo_gn[p] = np.array(c)
+    return cos_fo, cos_gn, fo_gn
 
 
 # ----------------------------------------------------------------------------- run
@@ -394,7 +396,7 @@ def run(config: Config, progress=None) -> Result:
     m["b_mup_100m_cos_gn_min"] = float(gn100.min())
     m["b_mup_100m_cos_gn_spread"] = float(gn100.max() - gn100.min())
     m["b_sp_fixed_cos_fo_max"] = float(cos_fo[("SP", B_SCHEDULES[0])][big].max())
-    m["b_fo_gn_cos_mean"] = float(fo_gn.mean())
+    m["b_fo_gn_cos_mean"] = float(fo_gn["muP"].mean())
     report(progress, 1.0, "done")
     return Result(config=config, widths=widths, lrs=lrs, param_names=params, final_loss=final, curves=curves,
                   curve_steps=evals, lr_star=lr_star, steps_used=steps, b_widths=np.array(B_WIDTHS),

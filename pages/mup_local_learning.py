@@ -95,12 +95,12 @@ for col, pname in ((c3, "muP"), (c4, "SP")):
         f3 = charts.lines(res.b_widths, ys, title=f"Linear net, {NAMES[pname]}: what the PC update resembles",
                           xlabel="width M", ylabel="cosine similarity", log_x=True, mode="lines+markers",
                           height=440)
-        f3.add_trace(go.Scatter(x=res.b_widths, y=res.b_cos_fo_gn, name="cos(first-order, GN)", mode="lines",
+        f3.add_trace(go.Scatter(x=res.b_widths, y=res.b_cos_fo_gn[pname], name="cos(first-order, GN)", mode="lines",
                                 line=dict(color="grey", dash="dot")))
         charts.show(f3, key=f"b-{pname}")
 brows = [{"param": p, "schedule": s, "width": int(m), "cos_pc_first_order": float(res.b_cos_fo[(p, s)][i]),
           "cos_pc_gauss_newton": float(res.b_cos_gn[(p, s)][i]),
-          "cos_first_order_gauss_newton": float(res.b_cos_fo_gn[i])}
+          "cos_first_order_gauss_newton": float(res.b_cos_fo_gn[p][i])}
          for (p, s) in res.b_cos_fo for i, m in enumerate(res.b_widths)]
 download.download_csv(pd.DataFrame(brows), "mup_pc_linear_directions.csv",
                       label="Download the linear-net cosines (CSV)")

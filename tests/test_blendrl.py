@@ -514,3 +514,117 @@ def test_blend_entropy_is_a_bonus_that_pulls_the_gate_towards_even(monkeypatch):
     bb = torch.cat([x for x, _ in seen])
     torch.testing.assert_close(bb.sum(1), torch.ones(len(bb)))
     assert float(bb.std(0).max()) > 0      # a state-dependent gate, not a constant stand-in
+
+
+# ------------------------------------------------------------------ what the page shows (second mutation round)
+ALT = eng.Config(seed=3, render_agent="logic", variant="two balls", episodes=64)
+
+
+@pytest.fixture(scope="module")
+def alt_result():
+    return eng.run(ALT)
+
+
+def _replay(ep, agent, variant, seed):
+    """Replay a rendered episode's actions in a fresh game seeded like the page's episode; check every frame, the
+    game's own reward per step (no shaping), β_n of the rendered agent and the strongest rule (largest weighted
+    clause valuation, '—' below 0.05 and for a neural agent, which never uses its rules)."""
+    env = eng.Climber(1, variant, np.random.default_rng(seed), auto_reset=False)
+    assert list(env.bfloor) == list(ep["bfloor"]) and env.bell == ep["bell"]
+    w = torch.sigmoid(agent.rule_logits).detach()
+    for t, a in enumerate(ep["actions"]):
+        assert (env.af[0], env.ac[0]) == (ep["af"][t], ep["ac"][t]) and list(env.bc[0]) == list(ep["bc"][t])
+        z = torch.from_numpy(env.objects())
+        with torch.no_grad():
+            assert ep["beta_n"][t] == pytest.approx(float(agent.beta(z)[0, 0]), abs=1e-6)
+            P = eng.predicates(z)
+            val = [float(w[c]) * float(np.prod([float(P[b][0]) for b in body])) for c, (_, body) in enumerate(eng.CLAUSES)]
+        assert ep["fired"][t] == (int(np.argmax(val)) if agent.kind != "neural" and max(val) > 0.05 else -1)
+        r, d, info = env.step(np.array([a]))
+        game = -eng.STEP_COST + float(info["goal"][0]) - float(info["hit"][0])
+        assert ep["rewards"][t] == pytest.approx(game, abs=1e-6)
+        assert bool(d[0]) == (t == len(ep["actions"]) - 1)
+    assert (env.af[0], env.ac[0]) == (ep["af"][-1], ep["ac"][-1])
+    assert ep["goal"] == bool(info["goal"][0]) and ep["hit"] == bool(info["hit"][0])
+
+
+def test_rendered_episode_replays_in_the_game(default_result, alt_result):
+    """The rendered episode follows the agent, variant and seed widgets: its frames, rewards, β_n bars and strongest
+    rules are those of a replay in a fresh game."""
+    blend, _ = eng.load_agent("blend")
+    ep = default_result.episode
+    _replay(ep, blend, "standard", 5000)
+    assert np.ptp(ep["beta_n"]) > 0 and (ep["fired"] >= 0).any()
+    logic, _ = eng.load_agent("logic")
+    ep = alt_result.episode
+    assert len(ep["bfloor"]) == 4                    # "two balls": four balls
+    _replay(ep, logic, "two balls", 5000 + ALT.seed)
+    assert np.all(ep["beta_n"] == 0.0)               # the logic agent never hands control to a neural side
+    # the rule table shows the rendered (logic) agent's weights; the blender's are the blend agent's, as sigmoids
+    np.testing.assert_allclose(alt_result.rule_weights, torch.sigmoid(logic.rule_logits).detach().numpy(), atol=1e-7)
+    assert not np.allclose(alt_result.rule_weights, torch.sigmoid(blend.rule_logits).detach().numpy())
+    np.testing.assert_allclose(default_result.blend_weights, torch.sigmoid(blend.blend_logits).detach().numpy(),
+                               atol=1e-7)
+    assert np.all((default_result.blend_weights > 0) & (default_result.blend_weights < 1))
+
+
+def test_evaluation_and_reflex_use_the_page_seed(alt_result):
+    """The evaluation table and the reflex diagnostic are measured on the seed's episodes (seed 3 here)."""
+    seed = 1000 + 17 * ALT.seed
+    for k in eng.AGENTS:
+        agent, _ = eng.load_agent(k)
+        ref = eng.evaluate_many(agent, eng.VARIANTS, ALT.episodes, seed)
+        for v in eng.VARIANTS:
+            for q, x in ref[v].items():
+                assert alt_result.table[k][v][q] == pytest.approx(x, nan_ok=True), (k, v, q)
+    blend, _ = eng.load_agent("blend")
+    rx = eng.evaluate_many(eng.ReflexBlend(blend), ("standard", "mirrored"), ALT.episodes, seed)
+    m = alt_result.metrics
+    assert m["reflex_progress"] == (rx["standard"]["progress"], rx["mirrored"]["progress"])
+    assert m["keep_progress_reflex"] == pytest.approx(rx["mirrored"]["progress"] / rx["standard"]["progress"])
+
+
+def test_headline_metrics_from_the_table(default_result):
+    """Margin, success-keep ratios, the neural agent's standard progress and the neural shares, from the table."""
+    t, m = default_result.table, default_result.metrics
+    succ = {k: t[k]["standard"]["success"] for k in eng.AGENTS}
+    assert m["margin"] == pytest.approx(succ["blend"] - max(succ["neural"], succ["logic"]))
+    for k in ("blend", "neural"):
+        s = t[k]["standard"]["success"]
+        want = t[k]["mirrored"]["success"] / s if s >= 0.05 else float("nan")
+        assert m[f"keep_success_{k}"] == pytest.approx(want, nan_ok=True), k
+    assert m["progress_neural"] == t["neural"]["standard"]["progress"]
+    assert m["neural_share"] == t["blend"]["standard"]["neural_share"]
+    assert m["neural_share_mirrored"] == t["blend"]["mirrored"]["neural_share"]
+    assert f"blend {succ['blend']:.2f}" in eng.claims(default_result)[0].detail
+
+
+def test_beta_map_is_the_gate_on_floor_1_by_ball_and_agent_column(default_result):
+    """β_n over (ball column, agent column) on floor 1, ball moving left, from object states written by hand:
+    floor 1/2, agent column/8, target = the floor-1 ladder, signed ball offset/8, direction −1, ball present."""
+    blend, _ = eng.load_agent("blend")
+    lad = eng.layout("standard")["ladders"]
+    z = []
+    for bc in range(eng.COLS):
+        for ac in range(eng.COLS):
+            z.append([0.5, ac / 8, lad[1] / 8, (bc - ac) / 8, -1.0, 1.0, lad[0] / 8, lad[1] / 8])
+    with torch.no_grad():
+        want = blend.beta(torch.tensor(z, dtype=torch.float32))[:, 0].numpy().reshape(eng.COLS, eng.COLS)
+    np.testing.assert_allclose(default_result.beta_map, want, atol=1e-6)
+    assert want[4, 4] > 0.5 > want[0, 8]            # near the ball the neural side, far from it the rules
+
+
+def test_live_training_uses_the_blend_entropy_widget():
+    cfg = eng.Config(live=True, live_steps=5000, blend_ent=0.08, episodes=64)
+    res = eng.run(cfg)
+    agent, log = eng.train_agent("blend", 5000, cfg.seed, 0.08)
+    for k in ("steps", "ret", "succ"):
+        np.testing.assert_allclose(res.curves["blend"][k], log[k], err_msg=k)
+    np.testing.assert_allclose(res.blend_weights, torch.sigmoid(agent.blend_logits).detach().numpy(), atol=1e-6)
+
+
+def test_neural_episode_names_no_rule():
+    """A rendered neural agent acts without its rules, so the β strip names no 'strongest rule' for its steps."""
+    neural, _ = eng.load_agent("neural")
+    ep = eng.rollout(neural, "standard", 11)
+    assert len(ep["fired"]) == len(ep["actions"]) > 0 and (ep["fired"] == -1).all()

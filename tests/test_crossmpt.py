@@ -321,3 +321,145 @@ def test_map_flip_probabilities_are_those_of_the_hard_decision(default_result):
     assert p.max() > 0.5
     raw = norm.sf(math.sqrt(2 * (4 / 7) * 10 ** (eng.CLAIM_EBN0 / 10)))
     assert abs(p.mean() - raw) < 0.02, (p.mean(), raw)
+
+
+# ------------------------------------------------------------------------- second mutation round: the page's numbers
+
+_SEEDED = eng.Config(seed=3, ebn0=(3, 4), n_codewords=500, bp_iters=5)
+
+
+@pytest.fixture(scope="module")
+def seeded_result():
+    """Non-default seed and BP iterations, so that a widget value the engine ignored would show."""
+    return eng.run(_SEEDED)
+
+
+def _ber_fer(dec, c):
+    wrong = dec != c
+    return wrong.mean(), np.mean([w.any() for w in wrong]), int(wrong.sum())
+
+
+def test_curves_and_table_rebuilt_from_the_seeded_words(seeded_result):
+    """Curves, table and CSV: at each chosen Eb/N0, every decoder on the same words from the chosen seed's stream,
+    BP with the chosen iteration count; BER per bit, FER = share of words with any wrong bit, bit error counts."""
+    r, cfg = seeded_result, _SEEDED
+    cur = r.curves
+    code = eng.get_code("hamming")
+    model, _ = eng.load_model("hamming")
+    assert cur["names"][2] == "BP (5 it.)" and cur["n_bits"] == cfg.n_codewords * 7
+    np.testing.assert_array_equal(r.points, [3.0, 4.0])
+    for i, e in enumerate(cfg.ebn0):
+        c, y, sigma = eng.transmit(code, cfg.n_codewords, e, eng.eval_rng(code, e, cfg.seed))
+        decs = {"raw hard decision": (y < 0).astype(int), "algebraic (hard)": eng.decode_algebraic(code, y),
+                "BP (5 it.)": eng.decode_bp(code, y, sigma, 5), "CrossMPT": eng.decode_model(model, code, y),
+                "bitwise MAP": eng.bitwise_map(code, y, sigma) < 0}
+        for name, dec in decs.items():
+            ber, fer, errs = _ber_fer(dec, c)
+            assert cur["ber"][name][i] == pytest.approx(ber, abs=1e-12), (name, e)
+            assert cur["fer"][name][i] == pytest.approx(fer, abs=1e-12), (name, e)
+            assert cur["errors"][name][i] == errs, (name, e)
+
+
+def test_claim_numbers_rebuilt_from_their_own_words(seeded_result):
+    """Every BER in the badges, recomputed: Hamming on 8 000 words of stream seed + 17 (BP with the chosen iterations),
+    BCH on max(2 500, N) words of stream seed + 29 (BP with 10), and the ratios the badges compare."""
+    m = seeded_result.metrics
+    seed = _SEEDED.seed
+    ham, bch = eng.get_code("hamming"), eng.get_code("bch")
+    c, y, sigma = eng.transmit(ham, eng.HAMMING_CLAIM_WORDS, 4.0, eng.eval_rng(ham, 4.0, seed + 17))
+    want = {"ham_ber_raw": ((y < 0) != c).mean(),
+            "ham_ber_alg": (eng.decode_algebraic(ham, y) != c).mean(),
+            "ham_ber_bp": (eng.decode_bp(ham, y, sigma, _SEEDED.bp_iters) != c).mean(),
+            "ham_ber_map": ((eng.bitwise_map(ham, y, sigma) < 0) != c).mean(),
+            "ham_ber_model": (eng.decode_model(eng.load_model("hamming")[0], ham, y) != c).mean()}
+    c, y, sigma = eng.transmit(bch, 2500, 4.0, eng.eval_rng(bch, 4.0, seed + 29))
+    want.update({"bch_ber_bdd": (eng.decode_algebraic(bch, y) != c).mean(),
+                 "bch_ber_bp": (eng.decode_bp(bch, y, sigma, 10) != c).mean(),
+                 "bch_ber_model": (eng.decode_model(eng.load_model("bch")[0], bch, y) != c).mean()})
+    for key, v in want.items():
+        assert m[key] == pytest.approx(v, abs=1e-12), key
+    for code, ref in (("ham", "alg"), ("ham", "bp"), ("ham", "map"), ("bch", "bp"), ("bch", "bdd")):
+        assert m[f"{code}_ratio_{ref}"] == pytest.approx(want[f"{code}_ber_model"] / want[f"{code}_ber_{ref}"],
+                                                         rel=1e-12), (code, ref)
+
+
+def test_invariance_badge_sees_the_same_errors(seeded_result):
+    """|y| and the syndrome of the all-zero word with the noise mapped through the channel symmetry equal those of the
+    random words, so the decoder errs on the same bits: the measured gap is 0 (up to a float32 rounding of |y|
+    flipping at most a bit or two of 56 000)."""
+    inv = seeded_result.invariance
+    nb = eng.HAMMING_CLAIM_WORDS * 7
+    assert abs(inv["ber_zero"] - inv["ber_random"]) * nb <= 2
+    assert seeded_result.metrics["invariance_gap"] == abs(inv["ber_zero"] - inv["ber_random"])
+
+
+def test_soft_output_scatter_rebuilt(seeded_result):
+    """The scatter: 200 words at 4 dB from the seed's stream; CrossMPT's sigmoid(−z) against the exact MAP probability
+    that the hard decision is wrong, here from brute-force Gaussian densities over all 16 codewords."""
+    code = eng.get_code("hamming")
+    c, y, sigma = eng.transmit(code, 200, 4.0, np.random.default_rng([_SEEDED.seed + eng.EVAL_SEED_OFFSET, 7]))
+    z = eng.model_logits(eng.load_model("hamming")[0], code, y)
+    np.testing.assert_allclose(seeded_result.soft_model, (1 / (1 + np.exp(z))).ravel(), rtol=1e-9, atol=1e-12)
+    llr = _brute_force_map(code, y[:40], sigma)
+    p_wrong = np.where(y[:40] < 0, 1 / (1 + np.exp(-llr)), 1 / (1 + np.exp(llr)))   # P(c=0) if hard says 1, else P(c=1)
+    np.testing.assert_allclose(seeded_result.soft_map[: 40 * 7], p_wrong.ravel(), atol=1e-9)
+
+
+def test_attention_map_is_the_last_layers_head_average(seeded_result):
+    """The heat map: for the seed's one word at 4 dB, the bits→checks weights of the LAST layer, averaged over the
+    heads, rebuilt by stepping through the layers by hand; each row sums to 1 and stays inside H."""
+    code = eng.get_code("hamming")
+    model, _ = eng.load_model("hamming")
+    _, y1, _ = eng.transmit(code, 1, 4.0, np.random.default_rng([_SEEDED.seed + eng.EVAL_SEED_OFFSET, 3]))
+    mag, syn = (torch.as_tensor(a, dtype=torch.float32) for a in eng.model_inputs(code, y1))
+    with torch.no_grad():
+        v, c = mag.unsqueeze(-1) * model.ev, syn.unsqueeze(-1) * model.ec
+        for i, blk in enumerate(model.blocks):
+            a, w = blk.att(blk.ln1(v), c, model.block_vc, need_weights=True)
+            v, _ = blk.half(v, c, model.block_vc)
+            c, _ = blk.half(c, v, model.block_cv)
+            if i == len(model.blocks) // 2 - 1:
+                v, c = model.mid_ln(v), model.mid_ln(c)
+    want = w[0].mean(0).numpy()
+    att = seeded_result.attention
+    assert att.shape == (7, 3)
+    np.testing.assert_allclose(att, want, atol=1e-6)
+    np.testing.assert_allclose(att.sum(1), 1, atol=1e-5)
+    assert np.abs(att[code.H.T == 0]).max() < 1e-6
+
+
+def test_bch_badges_reuse_the_4db_point_of_the_bch_curves():
+    """With BCH curves that include 4 dB at BP(10) on at least 2 500 words, the BCH badges take that point's numbers
+    (not another point's)."""
+    n = eng.BCH_CLAIM_MIN_WORDS
+    cfg = eng.Config(code="bch", ebn0=(3, 4), n_codewords=n, bp_iters=10, seed=2)
+    r = eng.run(cfg)
+    bch = eng.get_code("bch")
+    c, y, sigma = eng.transmit(bch, n, 4.0, eng.eval_rng(bch, 4.0, cfg.seed))
+    assert r.metrics["bch_ber_bp"] == pytest.approx((eng.decode_bp(bch, y, sigma, 10) != c).mean(), abs=1e-12)
+    assert r.metrics["bch_ber_bdd"] == pytest.approx((eng.decode_algebraic(bch, y) != c).mean(), abs=1e-12)
+    assert r.bch_claim["ber"]["raw hard decision"] == pytest.approx(((y < 0) != c).mean(), abs=1e-12)
+
+
+def test_bch_badges_never_rest_on_fewer_curve_words():
+    """BCH curves on only 500 words: the badges run their own 2 500-word check (stream seed + 29) instead of reusing the
+    noisier 4 dB point of the curves."""
+    cfg = eng.Config(code="bch", ebn0=(4,), n_codewords=500, bp_iters=10, seed=2)
+    r = eng.run(cfg)
+    bch = eng.get_code("bch")
+    c, y, sigma = eng.transmit(bch, eng.BCH_CLAIM_MIN_WORDS, 4.0, eng.eval_rng(bch, 4.0, cfg.seed + 29))
+    assert r.bch_claim["n_bits"] == eng.BCH_CLAIM_MIN_WORDS * bch.n
+    assert r.metrics["bch_ber_bp"] == pytest.approx((eng.decode_bp(bch, y, sigma, 10) != c).mean(), abs=1e-12)
+
+
+def test_live_training_follows_the_seed_and_probes_at_4db():
+    """Live training: the seed widget changes the training stream and the probe words; the dotted reference lines are
+    BP(10) and the raw hard decision on 2 000 all-zero words at 4 dB of the seed's stream."""
+    runs = {s: eng.live_training(eng.Config(train_live=True, live_steps=30, live_d=16, live_layers=1,
+                                            live_mask="H", seed=s)) for s in (0, 1)}
+    assert not np.allclose(runs[0]["H mask"]["loss"], runs[1]["H mask"]["loss"])
+    code = eng.get_code("hamming")
+    for s, live in runs.items():
+        _, y, sigma = eng.transmit(code, 2000, 4.0, np.random.default_rng([s, 4242]), zero=True)
+        assert live["reference"]["raw hard decision"] == pytest.approx((y < 0).mean(), abs=1e-12)
+        assert live["reference"]["BP (10 it.)"] == pytest.approx(eng.decode_bp(code, y, sigma, 10).mean(), abs=1e-12)

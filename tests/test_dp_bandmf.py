@@ -30,8 +30,8 @@ def test_result_is_small_and_picklable(default_result):
     assert len(pickle.dumps(default_result)) < 2_000_000
 
 
-def test_compare_dense_claim():
-    res = eng.run(eng.Config(compare_dense=True, max_bands=16))
+def test_compare_dense_claim(dense_cmp_result):
+    res = dense_cmp_result
     ratio = res.metrics["toeplitz_vs_general"]
     assert 0.999 <= ratio <= 1.02  # general banded can only be better, Toeplitz is within 2%
     assert eng.claims(res)[-1].passed
@@ -307,3 +307,127 @@ def test_gain_badge_is_measured_at_b16(default_result):
     gain = 1.0 - _dense_rows(r.coefs[i], n).mean() / _dense_rows(c0, n).mean()
     assert r.metrics["gain_b"] == 16
     assert r.metrics["gain_b16"] == pytest.approx(gain, rel=1e-7)
+
+
+# ---------------------------------------------------------------- second mutation round: what the page shows
+
+
+@pytest.fixture(scope="module")
+def small_result():
+    """A quick sweep with a non-default δ and an inspected band count that is not b*."""
+    return eng.run(eng.Config(n=256, delta=1e-5, max_bands=16, strategy_view="4", max_iters=40))
+
+
+def _dp_epsilon(q, sigma, steps, delta):
+    import dp_accounting as dpa
+    from dp_accounting import rdp
+
+    acc = rdp.RdpAccountant([float(a) for a in eng.ORDERS])
+    acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(sigma)), steps)
+    return acc.get_epsilon(delta)
+
+
+def test_sigma_curves_are_calibrated_at_the_chosen_delta_and_both_budgets(small_result):
+    """The σ plot / CSV: for every band b, σ(ε) and σ(ε/8) are the smallest multipliers that reach that ε at the
+    widget's δ for q = bB/N and ⌈n/b⌉ compositions, checked with Google's dp_accounting RDP accountant."""
+    r = small_result
+    cfg = r.config
+    assert r.eps_low == pytest.approx(cfg.epsilon / 8)
+    for i, b in enumerate(r.bands):
+        q, steps = b * cfg.batch / cfg.n_examples, math.ceil(cfg.n / b)
+        for target, sig in ((cfg.epsilon, r.sigma[i]), (r.eps_low, r.sigma_low[i])):
+            assert _dp_epsilon(q, sig, steps, cfg.delta) <= target * (1 + 2e-3), (b, target)
+            assert _dp_epsilon(q, 0.98 * sig, steps, cfg.delta) > target, (b, target)
+
+
+def test_rmse_curves_and_metrics_rebuilt_from_dense_errors(small_result):
+    """RMSE(b) = σ_b·sqrt(mean error) for both budgets, with the mean error from a dense numpy inverse; DP-SGD's mean
+    error is (n+1)/2 in closed form; b*, its RMSE and the gain shown in the header follow from those curves."""
+    r = small_result
+    n = r.config.n
+    mean = np.array([_dense_rows(c, n).mean() for c in r.coefs])
+    np.testing.assert_allclose(r.mean_err, mean, rtol=1e-8)
+    np.testing.assert_allclose(r.rmse, r.sigma * np.sqrt(mean), rtol=1e-8)
+    np.testing.assert_allclose(r.rmse_low, r.sigma_low * np.sqrt(mean), rtol=1e-8)
+    m = r.metrics
+    assert m["rmse_sgd"] == pytest.approx(r.sigma[0] * math.sqrt((n + 1) / 2), rel=1e-10)
+    i = int(np.argmin(r.sigma * np.sqrt(mean)))
+    assert m["b_best"] == r.bands[i]
+    assert m["rmse_best"] == pytest.approx(r.sigma[i] * math.sqrt(mean[i]), rel=1e-8)
+    assert m["rmse_ratio"] == pytest.approx(m["rmse_best"] / m["rmse_sgd"], rel=1e-10)
+    assert m["b_best_low"] == r.bands[int(np.argmin(r.sigma_low * np.sqrt(mean)))]
+
+
+def test_epochs_and_rule_of_thumb_shown_in_the_header(default_result):
+    """k = n·B/N epochs (a fraction, not rounded down: 1024·250/60000 = 4.27) and ε√n/k."""
+    m = default_result.metrics
+    assert m["epochs"] == pytest.approx(1024 * 250 / 60_000, rel=1e-12)
+    assert m["heuristic"] == pytest.approx(8.0 * 32 / (1024 * 250 / 60_000), rel=1e-12)
+    assert m["heuristic_low"] == pytest.approx(1.0 * 32 / (1024 * 250 / 60_000), rel=1e-12)
+
+
+def test_inspected_strategy_follows_the_widget(small_result):
+    """'Strategy to inspect' = 4 shows b = 4 (not b*): its coefficients, its γ = first 4b entries of the first
+    column of inv(C) (numpy), and its per-step error curve σ₄²·(squared row norms of A·inv(C)), drawn next to b*'s own curve."""
+    from scipy.linalg import toeplitz
+
+    r = small_result
+    n, idx = r.config.n, r.step_idx
+    assert r.view_b == 4 and r.metrics["b_best"] != 4
+    i = list(r.bands).index(4)
+    np.testing.assert_allclose(r.step_err["inspected (b = 4)"], r.sigma[i] ** 2 * _dense_rows(r.coefs[i], n)[idx],
+                               rtol=1e-8)
+    b_best = int(r.metrics["b_best"])          # the b* curve beside it keeps its own strategy and σ
+    k = list(r.bands).index(b_best)
+    np.testing.assert_allclose(r.step_err[f"best (b* = {b_best})"],
+                               r.sigma[k] ** 2 * _dense_rows(r.coefs[k], n)[idx], rtol=1e-8)
+    for j, b in enumerate(r.bands):
+        col = np.zeros(n)
+        col[:b] = r.coefs[j]
+        Cinv = np.linalg.inv(toeplitz(col, np.zeros(n)))
+        np.testing.assert_allclose(r.gammas[j], Cinv[: 4 * b, 0], rtol=1e-8, atol=1e-12)
+
+
+def test_per_step_subsample_keeps_first_and_last_step():
+    """At large n the per-step plot is subsampled: it must still start at step 1 and end at step n."""
+    for n in (1024, 5000, 262144):
+        idx = eng._subsample_idx(n)
+        assert idx[0] == 0 and idx[-1] == n - 1
+        assert np.all(np.diff(idx) > 0) and len(idx) == min(n, 1500)
+
+
+@pytest.fixture(scope="module")
+def dense_cmp_result():
+    return eng.run(eng.Config(compare_dense=True, max_bands=16))
+
+
+def test_general_banded_panel_numbers(dense_cmp_result):
+    """The Toeplitz-vs-general panel: n = min(n, 256), b = 8 (the checkbox's help says so), the general strategy
+    strictly improves on its Toeplitz start, and the shown ratio is of RMSEs (square root of the mean-error ratio)."""
+    d = dense_cmp_result.dense_cmp
+    assert d["n"] == 256 and d["b"] == 8
+    assert d["general_err"] < d["toeplitz_err"] * (1 - 1e-6)
+    assert d["rmse_ratio"] == pytest.approx(math.sqrt(d["toeplitz_err"] / d["general_err"]), rel=1e-12)
+    assert dense_cmp_result.metrics["toeplitz_vs_general"] == d["rmse_ratio"]
+
+
+def test_iteration_cap_reported_as_run(monkeypatch):
+    """When the time budget caps the optimiser for the larger bands, the scaling badge's detail quotes the most L-BFGS
+    iterations any band got, and the note names the capped bands: both checked against the maxiter values the
+    optimiser was actually called with (the budget is shrunk here so that n = 1024 already hits it)."""
+    from scipy import optimize
+
+    calls = []
+    minimize = optimize.minimize
+
+    def spy(fun, x0, *args, **kwargs):
+        calls.append((len(x0) + 1, kwargs["options"]["maxiter"]))
+        return minimize(fun, x0, *args, **kwargs)
+
+    monkeypatch.setattr(eng.optimize, "minimize", spy)
+    monkeypatch.setattr(eng, "WORK_PER_BAND", 1.0e6)
+    r = eng.run(eng.Config(max_bands=16, max_iters=100))
+    ran = dict(calls)                                       # band count -> maxiter
+    assert ran == {2: 100, 4: 100, 8: 100, 16: 61}
+    assert r.metrics["iters"] == max(ran.values())
+    assert any("61 iterations at b = 16" in note for note in r.notes)

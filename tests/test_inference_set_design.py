@@ -148,3 +148,116 @@ def test_interp_at_passes_through_every_round(default_result):
         for t in range(len(tr.sa)):
             assert eng.interp_at(tr, tr.frac[t]) == pytest.approx(tr.sa[t], abs=1e-12)
         assert eng.interp_at(tr, 1.0) == 1.0
+
+
+# ----------------------------------------------------------------------------- page numbers rebuilt from traces
+
+def test_metrics_and_badges_rebuilt_from_the_traces(default_result):
+    """Every metric behind the badges, their details and the stars on the plot, recomputed from the per-round
+    arrays with plain numpy (first crossing by scanning, interpolation by np.interp)."""
+    r, tau = default_result, default_result.config.target
+    m = r.metrics
+    for name, tr in r.agents.items():
+        last = len(tr.sa) - 1
+        stop = next((t for t in range(last + 1) if tr.sa_lb[t] >= tau), last)
+        cross = next((t for t in range(last + 1) if tr.sa_delivered[t] >= tau), last)
+        naive = next((t for t in range(last + 1) if tr.sa_naive[t] >= tau), last)
+        assert tr.stop_round == stop and tr.naive_stop_round == naive
+        assert m[f"{name}_f_stop"] == tr.frac_next[stop] and m[f"{name}_sa_at_stop"] == tr.sa_delivered[stop]
+        assert m[f"{name}_cross_round"] == cross and m[f"{name}_f_cross"] == tr.frac_next[cross]
+        assert m[f"{name}_f_naive_stop"] == tr.frac_next[naive]
+        assert m[f"{name}_sa_at_naive_stop"] == tr.sa_delivered[naive]
+        xs = np.r_[tr.frac, 1.0]
+        assert m[f"{name}_sa_at_eval"] == pytest.approx(np.interp(eng.EVAL_FRACTION, xs, np.r_[tr.sa, 1.0]))
+        assert m[f"{name}_test_at_eval"] == pytest.approx(
+            np.interp(eng.EVAL_FRACTION, xs, np.r_[tr.test_acc, tr.test_acc[-1]]))
+    assert m["sa_gap_at_eval"] == pytest.approx(m["active_sa_at_eval"] - m["random_sa_at_eval"])
+    assert m["test_gap_at_eval"] == pytest.approx(abs(m["active_test_at_eval"] - m["random_test_at_eval"]))
+    assert m["stop_ratio"] == pytest.approx(m["active_f_stop"] / m["random_f_stop"])
+    assert m["active_overshoot"] == m["active_stop_round"] - m["active_cross_round"]
+    measured = [c.measured for c in eng.claims(r)]
+    assert measured == pytest.approx([m["sa_gap_at_eval"], m["active_sa_at_stop"], m["stop_ratio"],
+                                      m["active_overshoot"], m["sa_gap_at_eval"] - 2 * m["test_gap_at_eval"]])
+
+
+def test_per_round_columns_rebuilt_from_masks(default_result):
+    """CSV columns per round: the batch B_t is O_{t+1} \\ O_t; batch accuracy and corrupted share are read on it,
+    hidden accuracy on H_t, delivered SA on O_{t+1} plus f_t's predictions elsewhere; the naive estimate is a
+    mean confidence, so it lies between the labelled share (+1/K of the rest) and 1, and is 1 once all is bought."""
+    r = default_result
+    y, hard, n = r.labels, r.hard, len(r.labels)
+    for tr in r.agents.values():
+        rounds = len(tr.sa)
+        for t in range(rounds):
+            obs, pred = tr.observed[t], tr.preds[t].astype(int)
+            nxt = tr.observed[t + 1] if t + 1 < rounds else np.ones(n, bool)
+            batch = nxt & ~obs
+            assert np.all(obs <= nxt) and batch.sum() == round((tr.frac_next[t] - tr.frac[t]) * n)
+            assert tr.frac_next[t] == pytest.approx(nxt.mean())
+            assert tr.batch_acc[t] == pytest.approx(np.mean(pred[batch] == y[batch]))
+            assert tr.batch_hard[t] == pytest.approx(hard[batch].mean())
+            assert tr.hidden_acc[t] == pytest.approx(np.mean(pred[~obs] == y[~obs]))
+            assert tr.sa_delivered[t] == pytest.approx((nxt.sum() + np.sum(pred[~nxt] == y[~nxt])) / n)
+            f = tr.frac_next[t]
+            assert f + (1 - f) / 10 - 1e-9 <= tr.sa_naive[t] <= 1 + 1e-12
+        assert tr.sa_naive[-1] == pytest.approx(1.0) and tr.sa_delivered[-1] == pytest.approx(1.0)
+
+
+def _sklearn_digits():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return d.data / 16.0, d.target
+
+
+def test_difficulty_patterns_against_the_raw_digits():
+    """label689 relabels exactly the 6/8/9 images with a uniform pick from {6, 8, 9}; hide_bottom blanks the lower
+    four rows (and only those) of about 30% of the images. Each pool image is matched to scikit-learn's copy."""
+    raw_x, raw_y = _sklearn_digits()
+    key = {row.tobytes(): i for i, row in enumerate(np.round(raw_x, 4))}
+    X, y, hard, _, _ = eng.make_data("label689", 0)
+    src = np.array([key[row.tobytes()] for row in np.round(X.astype(float), 4)])
+    np.testing.assert_array_equal(hard, np.isin(raw_y[src], (6, 8, 9)))
+    np.testing.assert_array_equal(y[~hard], raw_y[src][~hard])
+    counts = np.array([(y[hard] == c).sum() for c in (6, 8, 9)])
+    assert set(np.unique(y[hard])) == {6, 8, 9} and counts.min() > 0.25 * hard.sum()
+    X, y, hard, _, _ = eng.make_data("hide_bottom", 0)
+    img = X.reshape(-1, 8, 8)
+    assert 0.25 < hard.mean() < 0.35
+    assert np.all(img[hard, 4:, :] == 0)
+    top = {row[:32].tobytes(): i for i, row in enumerate(np.round(raw_x, 4))}
+    for i in np.flatnonzero(hard)[:50]:
+        j = top.get(np.round(X[i].astype(float), 4)[:32].tobytes())
+        assert j is not None and raw_y[j] == y[i]         # the upper half is the original's
+
+
+def test_round_two_grid_is_the_top_of_the_active_batch(default_result):
+    """The 16 images of the grid: unlabelled at round 2, inside round 2's active batch (with ρ = 0 that batch is the
+    b least confident examples, so it holds the 16 least confident), listed with round 2's prediction and label,
+    least confident first."""
+    r = default_result
+    X, _, _, _, _ = eng.make_data(r.config.corruption, r.config.seed)
+    act = r.agents["active"]
+    batch = act.observed[3] & ~act.observed[2]
+    assert len(r.grid_images) == 16
+    for img, lab, pr in zip(r.grid_images, r.grid_labels, r.grid_preds):
+        cand = np.flatnonzero(np.all(np.isclose(X, img.reshape(-1)), axis=1) & batch)
+        assert len(cand) >= 1
+        assert any(r.labels[i] == lab and act.preds[2][i] == pr for i in cand)
+    conf = r.grid_conf
+    assert np.all(np.diff(conf) >= -1e-12) and np.all((conf >= 0.1 - 1e-9) & (conf <= 1))
+    # confidences are maxima of a softmax over 10 classes, and the least confident of the round are well below 1
+    assert conf.max() < 0.9
+
+
+def test_agent_seed_changes_the_initial_draw():
+    import torch
+
+    X, y, hard, Xt, yt = eng.make_data("none", 0)
+    draws = []
+    for seed in (0, 1):
+        cfg = eng.Config(corruption="none", seed=seed, n_init=300, batch=600, steps=20)
+        tr, _ = eng.run_agent("random", cfg, X, y, hard, Xt, yt, torch.device("cpu"))
+        draws.append(tr.observed)
+    assert not np.array_equal(draws[0][0], draws[1][0])
+    assert not np.array_equal(draws[0][1], draws[1][1])

@@ -276,13 +276,25 @@ def test_time_shuffling_returns_a_time_sorted_stream_of_the_same_events(stream, 
     assert sum(before[k] != after[k] for k in before) > 0.1 * p * len(stream.t)
 
 
+def _recording_make(projs):
+    """A stand-in for ``Projector.make`` that makes the same projector and appends it to ``projs``."""
+    make = eng.Projector.make
+
+    def keep_proj(n_slots, n_nodes, d1, d2, seed):
+        pj = make(n_slots, n_nodes, d1, d2, seed)
+        projs.append(pj)
+        return pj
+
+    return staticmethod(keep_proj)
+
+
 def test_distortion_recomputed_from_dense_matrices():
     """Distance preservation by brute force: the run's history matrices M of the compared graphs (kept as it builds
     them) and its projector's R1, R2, made dense; for every pair with ‖ΔM‖ > 0, ‖ΔG‖ with G = R1ᵀ Mᵀ R2. The reported
     distances are these, the distortion is max |‖ΔG‖²/‖ΔM‖² − 1|, and ε is the JL bound at d1 d2 / (d1 + d2)."""
     cfg = eng.Config(n_nodes=50, n_events=500, levels=3, repeats=1, race_nodes=200, node_dim=32, graph_dim=128)
     Ms, projs = [], []
-    hist, make = eng.history_matrix, eng.Projector.make
+    hist = eng.history_matrix
 
     def keep_hist(g, n_slots=None):
         M = hist(g, n_slots)
@@ -290,14 +302,9 @@ def test_distortion_recomputed_from_dense_matrices():
             Ms.append(M.toarray())
         return M
 
-    def keep_proj(n_slots, n_nodes, d1, d2, seed):
-        pj = make(n_slots, n_nodes, d1, d2, seed)
-        projs.append(pj)
-        return pj
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(eng, "history_matrix", keep_hist)
-        mp.setattr(eng.Projector, "make", staticmethod(keep_proj))
+        mp.setattr(eng.Projector, "make", _recording_make(projs))
         r = eng.run(cfg)
     R1, R2 = projs[0].R1, projs[0].R2                      # the comparison's projector is made first
     assert R1.shape[1] == cfg.node_dim and R2.shape[1] == cfg.graph_dim
@@ -348,3 +355,139 @@ def test_effective_dim_matches_the_spread_of_a_rank_one_sketch(d1, d2):
     exact = (1 + 2 / d1) * (1 + 2 / d2) - 1
     assert rel_var == pytest.approx(exact, rel=0.1)
     assert rel_var == pytest.approx(2 / eng.effective_dim(d1, d2), rel=0.12)
+
+
+# ------------------------------------------------------------------------------------------------- second mutation round
+
+_SWEEP_CFG = eng.Config(n_nodes=50, n_events=600, feat_dim=3, levels=3, repeats=2, n_snapshots=4, max_strength=0.6,
+                        race_nodes=200, node_dim=32, graph_dim=64, seed=3)
+
+
+@pytest.fixture(scope="module")
+def recorded_sweep():
+    """A small run of a non-default setting, with every perturbed graph and the comparison's projector recorded."""
+    calls, projs = [], []
+    perturb = eng.perturb
+
+    def keep_perturb(g, kind, p, rng):
+        out = perturb(g, kind, p, rng)
+        calls.append((g, kind, p, out))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eng, "perturb", keep_perturb)
+        mp.setattr(eng.Projector, "make", _recording_make(projs))
+        r = eng.run(_SWEEP_CFG)
+    return r, calls, projs[0]
+
+
+def _gauss_mmd2(X, Y, sigma):
+    """Biased MMD² between two sets of histogram rows, Gaussian kernel, by explicit loops."""
+    def k(a, b):
+        return np.exp(-np.sum((a - b) ** 2) / (2 * sigma**2))
+
+    def mean_k(A, B):
+        return np.mean([[k(a, b) for b in B] for a in A])
+
+    return mean_k(X, X) + mean_k(Y, Y) - 2 * mean_k(X, Y)
+
+
+def _cosine_distance(Ga, Gb):
+    from scipy.spatial.distance import cosine
+
+    return float(np.mean([cosine(Ga[:, k], Gb[:, k]) for k in range(Ga.shape[1])]))
+
+
+def test_sweep_curves_rebuilt_from_the_perturbed_graphs(recorded_sweep):
+    """The main plot, its ± sd band and the snapshot tabs: the reference stream is the seeded synthetic one with the
+    chosen feature dimension; strengths run 0 … max strength; each level's JL value is the mean (sd: population sd)
+    over the repeats of 1 − mean column cosine (scipy) between the sketches; snapshot MMDs (Gaussian kernel, σ = 0.5, by
+    loops) use the first repeat and the chosen number of windows."""
+    r, calls, pj = recorded_sweep
+    c = _SWEEP_CFG
+    ref = eng.make_stream(c.n_nodes, c.n_events, c.feat_dim, np.random.default_rng(c.seed))
+    np.testing.assert_array_equal(calls[0][0].src, ref.src)
+    np.testing.assert_allclose(calls[0][0].msg, ref.msg)
+    np.testing.assert_allclose(r.strengths, np.linspace(0, c.max_strength, c.levels))
+    sweep = calls[: len(r.kinds) * c.levels * c.repeats]
+    assert sorted({round(p, 12) for _, _, p, _ in sweep}) == pytest.approx(list(r.strengths))
+    G_ref = pj.R1[: eng.history_matrix(ref).shape[1]].T @ eng.history_matrix(ref).toarray().T @ pj.R2
+    ref_desc = eng.snapshot_descriptors(ref, c.n_snapshots)
+    assert ref_desc["degree"].shape[0] == c.n_snapshots
+    for kind in r.kinds:
+        mine = [(p, out) for _, k, p, out in sweep if k == kind]
+        vals = np.zeros((c.levels, c.repeats))
+        for j, (p, out) in enumerate(mine):
+            i, rep = divmod(j, c.repeats)
+            assert p == pytest.approx(r.strengths[i])
+            M = eng.history_matrix(out).toarray()
+            vals[i, rep] = _cosine_distance(G_ref, pj.R1[: M.shape[1]].T @ M.T @ pj.R2)
+        np.testing.assert_allclose(r.jl[kind], vals.mean(axis=1), atol=1e-9)
+        np.testing.assert_allclose(r.jl_sd[kind], vals.std(axis=1), atol=1e-9)
+        for i in range(c.levels):
+            first = mine[i * c.repeats][1]
+            desc = eng.snapshot_descriptors(first, c.n_snapshots)
+            want = {name: _gauss_mmd2(ref_desc[name], desc[name], 0.5) for name in ref_desc}
+            assert set(r.snap[kind]) == set(want)
+            for name, v in want.items():
+                assert r.snap[kind][name][i] == pytest.approx(v, rel=1e-9, abs=1e-12), (kind, name, i)
+
+
+def test_spearman_heatmap_rebuilt_with_scipy(recorded_sweep):
+    """Heatmap / CSV of Spearman ρ(strength, metric): row 0 the JL curve, then one row per snapshot metric, one column
+    per perturbation; a flat curve counts as ρ = 0."""
+    from scipy.stats import spearmanr
+
+    r = recorded_sweep[0]
+
+    def rho(y):
+        return 0.0 if np.ptp(y) <= 1e-12 else spearmanr(r.strengths, y).statistic
+
+    names = list(next(iter(r.snap.values())))
+    assert r.rho_names == ["JL metric"] + [f"snapshot {n} MMD" for n in names]
+    want = [[rho(r.jl[k]) for k in r.kinds]] + [[rho(r.snap[k][n]) for k in r.kinds] for n in names]
+    np.testing.assert_allclose(r.rho_table, np.array(want), atol=1e-12)
+
+
+def test_runtime_race_sizes_and_speedup(recorded_sweep):
+    """Runtime panel: graphs of 100 nodes up to the chosen largest one, 15 events per node; the badge's speed-up and
+    the times in its detail are those of the largest graph."""
+    r = recorded_sweep[0]
+    assert list(r.timing_nodes) == [100, 200]
+    np.testing.assert_array_equal(r.timing_events, 15 * r.timing_nodes)
+    m = r.metrics
+    assert m["largest_events"] == 3000
+    assert m["time_jl_largest"] == r.time_jl[-1] and m["time_snap_largest"] == r.time_snap[-1]
+    assert m["speedup_largest"] == pytest.approx(r.time_snap[-1] / r.time_jl[-1], rel=1e-12)
+
+
+def test_feature_noise_is_scaled_per_feature_column():
+    """Feature noise of strength p adds N(0, (p·std_j)²) to column j: with columns of very different spreads the
+    added noise's std follows each column's own spread."""
+    rng = np.random.default_rng(7)
+    m = 20000
+    msg = rng.normal(size=(m, 3)) * np.array([0.1, 1.0, 10.0])
+    g = eng.Stream(rng.integers(0, 50, m), rng.integers(0, 50, m), np.sort(rng.random(m)), msg, 50)
+    out = eng.perturb(g, "feature noise", 0.5, np.random.default_rng(8))
+    np.testing.assert_allclose((out.msg - msg).std(axis=0), 0.5 * msg.std(axis=0), rtol=0.03)
+
+
+def test_feature_and_spectrum_histograms_by_plain_loops(stream):
+    """The feature-histogram and spectrum-histogram descriptors (the networkx test covers degree and clustering):
+    window s holds the events with edges[s] <= t < edges[s+1]; feature 0 (the first column) in 20 bins over
+    [min − 1, max + 1]; all n eigenvalues of the normalised Laplacian in 40 bins over [0, 2] (± 1e-5)."""
+    g = stream
+    n_snap = 4
+    desc = eng.snapshot_descriptors(g, n_snap)
+    edges = np.linspace(g.t.min(), g.t.max() + 1e-9, n_snap + 1)
+    f0 = g.msg[:, 0]
+    for s in range(n_snap):
+        inside = [i for i in range(len(g.t)) if edges[s] <= g.t[i] < edges[s + 1]]
+        h, _ = np.histogram(f0[inside], bins=20, range=(f0.min() - 1, f0.max() + 1))
+        np.testing.assert_allclose(desc["feature"][s], h / h.sum())
+        # the spectrum itself matches networkx (test above); eigenvalues of exactly 1 sit on a bin edge, so the
+        # histogram is taken of the engine's own eigenvalues, and must count every one of them (zeros included)
+        spec = eng.laplacian_spectrum(eng.snapshots(g, n_snap)[s])
+        h, _ = np.histogram(spec, bins=40, range=(-1e-5, 2 + 1e-5))
+        assert h.sum() == g.n_nodes
+        np.testing.assert_allclose(desc["spectrum"][s], h / g.n_nodes)

@@ -500,3 +500,215 @@ def test_pca_ellipses_are_at_least_beta_wide(default_result):
         for j, k in enumerate(eng.ELLIPSE_SIGMAS):
             d = np.linalg.norm(default_result.pca_ellipses[m, j] - mean, axis=1)
             assert d.min() >= k * beta * (1 - 1e-9), (m, k, d.min())
+
+
+# ----------------------------------------------------------------------------- added by mutation testing, round 2
+class _Stop(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def spied_run():
+    """One short run at non-default shots / components / β_true / seed, with the engine's building blocks wrapped so
+    that their inputs can be checked against the quantities the page shows. Collected: every sufficient-statistics
+    call (H, Y), every prediction (H), every MAP fit (start, prior, result), the φ samples handed to the mixture
+    fits, the points of the PCA basis, and the arguments of the sampler."""
+    cfg = eng.Config(shots=10, components=2, beta_true=0.3, beta=0.15, seed=1, iters=500, burn=100)
+    rec = {"stats": [], "predict": [], "map": [], "gmm": [], "pca": [], "sgld": []}
+    mp = pytest.MonkeyPatch()
+    real_stats, real_predict = eng.LoraFamily.stats, eng.LoraFamily.predict
+    real_map, real_gmm, real_pca, real_sgld = eng.map_finetune, eng.fit_gmm, eng.pca_basis, eng.sgld_gibbs
+
+    def stats(H, Y):
+        rec["stats"].append((H.copy(), Y.copy()))
+        return real_stats(H, Y)
+
+    def predict(self, th, H):
+        rec["predict"].append(H.copy())
+        return real_predict(self, th, H)
+
+    def map_ft(loglik_grad, start, prior=None, **kw):
+        out = real_map(loglik_grad, start, prior, **kw)
+        rec["map"].append((start.copy(), prior, out.copy(), kw))
+        return out
+
+    def gmm(samples, M, rng):
+        rec["gmm"].append((samples.copy(), M))
+        return real_gmm(samples, M, rng)
+
+    def pca(X):
+        out = real_pca(X)
+        rec["pca"].append((X.copy(), out))
+        return out
+
+    def sgld(loglik_grad, theta0, n_tasks, beta, sigma_phi, *args, **kwargs):
+        rec["sgld"].append((theta0.copy(), n_tasks, beta, sigma_phi))
+        return real_sgld(loglik_grad, theta0, n_tasks, beta, sigma_phi, *args, **kwargs)
+
+    mp.setattr(eng.LoraFamily, "stats", staticmethod(stats))
+    mp.setattr(eng.LoraFamily, "predict", predict)
+    for name, f in (("map_finetune", map_ft), ("fit_gmm", gmm), ("pca_basis", pca), ("sgld_gibbs", sgld)):
+        mp.setattr(eng, name, f)
+    try:
+        res = eng.run(cfg)
+    finally:
+        mp.undo()
+    return cfg, res, rec
+
+
+def _oracle_fits(rec):
+    """The oracle prior's MAP fits: one component of constant variance (β_true²), every task started at its mean."""
+    return [(s, p) for s, p, _, _ in rec["map"] if p is not None and len(p[0]) == 1
+            and np.all(p[2] == p[2].flat[0]) and p[2].flat[0] != 1.0 and np.array_equal(s, np.tile(p[1], (len(s), 1)))]
+
+
+def test_query_rows_and_support_rows_are_the_ones_the_page_names(spied_run):
+    """A test task holds K_MAX support rows and then N_QUERY query rows: the k-shot fits see exactly the first k
+    rows, and the reported query MSE is taken on the last N_QUERY rows only (never on rows a fit has seen)."""
+    cfg, res, rec = spied_run
+    H_test = next(H for H in rec["predict"] if H.shape[:2] == (eng.N_TEST, eng.K_MAX + eng.N_QUERY))
+    support = [H for H, _ in rec["stats"] if H.shape[0] == eng.N_TEST]
+    assert sorted({H.shape[1] for H in support}) == sorted(int(k) for k in res.shots)
+    for H in support:
+        np.testing.assert_array_equal(H, H_test[:, : H.shape[1]])
+    query = [H for H in rec["predict"] if H.shape[:2] == (eng.N_TEST, eng.N_QUERY)]
+    assert len(query) == len(res.methods) + 2 * (len(res.shots) - 1)   # 5 methods at k, 2 per other shot count
+    for H in query:
+        np.testing.assert_array_equal(H, H_test[:, eng.K_MAX:])
+
+
+def test_shown_numbers_follow_the_chosen_shots(spied_run):
+    """Shots k = 10 (not a default point of the curve): the curve and its CSV include k, the box plot's LiFT and
+    independent columns are the curve's values at k, the badge ratio is their quotient, and k ≤ 10 gives the
+    'prior matters most when data are scarce' badge a measured gap."""
+    cfg, res, _ = spied_run
+    k = cfg.shots
+    assert k in res.shots and 30 in res.shots
+    at_k, at_30 = int(np.flatnonzero(res.shots == k)[0]), int(np.flatnonzero(res.shots == 30)[0])
+    lift_k, ind_k = res.mse_per_task["LiFT mixture prior"].mean(), res.mse_per_task["independent"].mean()
+    assert res.mse_vs_shots["LiFT"][at_k] == pytest.approx(lift_k, rel=1e-12)
+    assert res.mse_vs_shots["independent"][at_k] == pytest.approx(ind_k, rel=1e-12)
+    m = res.metrics
+    assert m["ratio_k"] == pytest.approx(lift_k / ind_k, rel=1e-12)
+    assert m["ratio_30"] == pytest.approx(res.mse_vs_shots["LiFT"][at_30] / res.mse_vs_shots["independent"][at_30])
+    assert np.isfinite(m["ratio_gap"]) and m["ratio_gap"] == pytest.approx(m["ratio_30"] - m["ratio_k"])
+    assert eng.claims(res)[1].label == "ratio(k=30) − ratio(few shots)" and np.isfinite(eng.claims(res)[1].measured)
+    # the LiFT curve is not the independent one
+    assert np.all(res.mse_vs_shots["LiFT"] != res.mse_vs_shots["independent"])
+
+
+def test_baselines_get_the_inputs_their_labels_promise(spied_run):
+    """Box-plot columns: 'mean-init (30 steps)' starts every test task at the mean of the sampled task adapters
+    (unregularised, 30 steps); 'single Gaussian prior' is a one-component mixture, 'LiFT mixture prior' has the
+    chosen M components; the oracle prior is N(φ_true, β_true² I) with the TRUE spread (here β_true ≠ model β)."""
+    cfg, res, rec = spied_run
+    (X, _), = rec["pca"]
+    theta_tasks = X[len(res.pca_phi):]
+    assert len(theta_tasks) == cfg.n_tasks
+    mean_init = [(s, kw) for s, p, _, kw in rec["map"] if p is None]
+    assert len(mean_init) == 1 and mean_init[0][1].get("steps") == 30
+    np.testing.assert_allclose(mean_init[0][0], np.tile(theta_tasks.mean(0), (eng.N_TEST, 1)), rtol=0, atol=1e-12)
+    sizes = sorted(len(p[0]) for _, p, _, _ in rec["map"] if p is not None and not np.all(p[2] == 1.0))
+    # LiFT at each shot count with M = 2 components, the single-Gaussian fit and the oracle with one each
+    assert sizes == [1, 1] + [cfg.components] * len(res.shots)
+    assert [M for _, M in rec["gmm"]] == [cfg.components, 1]
+    oracle = _oracle_fits(rec)
+    assert len(oracle) == 1
+    np.testing.assert_allclose(oracle[0][1][2], cfg.beta_true**2, rtol=1e-12)
+    assert cfg.beta_true != cfg.beta
+    # the sampler was handed the model's β (not the truth's) and the model's σ_φ
+    (_, n_tasks, beta, sigma_phi), = rec["sgld"]
+    assert (n_tasks, beta, sigma_phi) == (cfg.n_tasks, cfg.beta, cfg.sigma_phi)
+    assert res.metrics["max_mix_weight"] == pytest.approx(res.mix_weights.max()) and len(res.mix_weights) == 2
+
+
+def test_shared_structure_errors_recomputed_by_hand(spied_run):
+    """The shared-structure badge: ‖mean over φ samples of B A − B* A*‖ / ‖B* A*‖, recomputed sample by sample with
+    φ_true read off the oracle prior's mean; the badge's detail ('the common starting point was at …') uses the
+    sampler's start θ₀ the same way."""
+    cfg, res, rec = spied_run
+    phi_true = _oracle_fits(rec)[0][1][1][0]
+    samples = rec["gmm"][0][0]
+    r, DH, DY = cfg.rank, eng.DH, eng.DY
+
+    def dW(th):
+        return th[r * DH:].reshape(DY, r) @ th[: r * DH].reshape(r, DH)
+
+    target = dW(phi_true)
+    post = sum(dW(s) for s in samples) / len(samples)
+    expect = np.linalg.norm(post - target) / np.linalg.norm(target)
+    assert res.metrics["shared_rel_err"] == pytest.approx(expect, rel=1e-9)
+    theta0 = rec["sgld"][0][0]
+    assert res.metrics["shared_rel_err_start"] == pytest.approx(
+        np.linalg.norm(dW(theta0) - target) / np.linalg.norm(target), rel=1e-9)
+
+
+def test_pca_scatter_points_are_the_projected_adapters(spied_run):
+    """The PCA plot's θ points, φ points and mixture means are the sampled vectors mapped by (z − centre) @ basis of
+    the basis the run computed from exactly those vectors."""
+    cfg, res, rec = spied_run
+    (X, (centre, basis)), = rec["pca"]
+    samples = rec["gmm"][0][0]
+    np.testing.assert_array_equal(X[: len(samples)], samples)
+    np.testing.assert_allclose(res.pca_phi, (samples - centre) @ basis, atol=1e-12)
+    np.testing.assert_allclose(res.pca_theta, (X[len(samples):] - centre) @ basis, atol=1e-12)
+
+
+def test_pca_basis_is_the_two_leading_principal_axes():
+    """Against scikit-learn's PCA (up to the sign of each axis): the two directions of largest variance."""
+    from sklearn.decomposition import PCA
+
+    rng = np.random.default_rng(30)
+    X = rng.normal(size=(60, 7)) * np.array([5.0, 0.3, 3.0, 1.0, 0.5, 0.2, 0.1]) + 2.0
+    centre, basis = eng.pca_basis(X)
+    ref = PCA(2).fit(X)
+    np.testing.assert_allclose(centre, ref.mean_, atol=1e-12)
+    np.testing.assert_allclose(np.abs(basis.T @ ref.components_.T), np.eye(2), atol=1e-8)
+
+
+def test_sampler_trace_is_the_spread_and_mean_loglik_every_tenth_step():
+    """With ε = 0 every θ_i stays at θ₀ and φ is an exact Gibbs draw, so each trace point can be recomputed from the
+    kept φ draws: iteration t − warm, mean training log-lik over the tasks, and spread √mean((θ − φ)²)."""
+    N, warm = 4, 20
+    theta0 = np.array([0.3, -0.2, 0.5])
+    ll_of = np.array([-1.0, -2.0, -3.0, -6.0])
+
+    def llg(idx, th):
+        return ll_of[idx], np.zeros_like(th)
+
+    samples, _, (it, ll, sp) = eng.sgld_gibbs(llg, theta0, N, 0.4, 2.0, 0.0, 100, 0, warm=warm, thin=1,
+                                              tasks_per_step=N, rng=np.random.default_rng(31))
+    np.testing.assert_array_equal(it, np.arange(0, warm + 100, 10) - warm)
+    np.testing.assert_allclose(ll, -3.0)
+    after = it >= 0
+    expect = np.sqrt(np.mean((theta0 - samples[it[after]]) ** 2, axis=1))
+    np.testing.assert_allclose(sp[after], expect, rtol=1e-12)
+
+
+def test_burn_in_shading_is_clamped_like_the_chain():
+    """A burn-in longer than the chain is cut to iters − 50: the page shades that (res.burn), and the φ draws are
+    the ones after it, every 5th."""
+    res = eng.run(eng.Config(iters=500, burn=1000))
+    assert res.burn == 450
+    assert len(res.pca_phi) == len(range(450, 500, 5))
+
+
+def test_seed_changes_the_run(default_result):
+    other = eng.run(eng.Config(seed=1))
+    assert other.metrics["mse_independent"] != default_result.metrics["mse_independent"]
+    assert not np.array_equal(other.trace_loglik, default_result.trace_loglik)
+
+
+def test_linear_adapter_table_columns_are_the_chain_moments(monkeypatch):
+    """The linear-adapter CSV/plots: chain mean and variance of the φ_B draws (recomputed from the draws handed to
+    the mixture fit), z = (chain − exact mean) / exact sd, ratio = chain var / exact var."""
+    seen = []
+    real = eng.fit_gmm
+    monkeypatch.setattr(eng, "fit_gmm", lambda s, M, rng: (seen.append(s.copy()), real(s, M, rng))[1])
+    cfg = eng.Config(adapter="linear", iters=500, burn=100)
+    ex = eng.run(cfg).exact
+    phiB = seen[0][:, cfg.rank * eng.DH:]
+    np.testing.assert_allclose(ex["chain_mean"], phiB.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(ex["chain_var"], phiB.var(0), rtol=1e-12)
+    np.testing.assert_allclose(ex["z"], (phiB.mean(0) - ex["exact_mean"]) / np.sqrt(ex["exact_var"]), rtol=1e-12)
+    np.testing.assert_allclose(ex["var_ratio"], phiB.var(0) / ex["exact_var"], rtol=1e-12)

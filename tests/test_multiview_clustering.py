@@ -170,3 +170,141 @@ def test_within_cluster_permutation_leaves_every_unlabelled_sample_in_place():
     assert sorted(perm) == list(range(400)) and np.all(pseudo[perm] == pseudo)
     assert np.array_equal(perm[pseudo < 0], np.flatnonzero(pseudo < 0))
     assert (perm[pseudo >= 0] != np.flatnonzero(pseudo >= 0)).mean() > 0.5     # the labelled ones do move
+
+
+# ----------------------------------------------------------------------------- what the page shows, rebuilt
+
+def _std(x):
+    sd = x.std(axis=0)
+    return (x - x.mean(axis=0)) / np.where(sd > 1e-8, sd, 1.0)
+
+
+def _pc_match(ours, ref):
+    """Equal up to the sign of each principal component."""
+    for j in range(2):
+        s = np.sign(np.dot(ours[:, j], ref[:, j])) or 1.0
+        np.testing.assert_allclose(ours[:, j], s * ref[:, j], atol=1e-6 * (1 + np.abs(ref).max()))
+
+
+def test_metrics_and_badges_read_the_right_scores(default_result):
+    r = default_result
+    sc, m = r.scores, r.metrics
+    names = {"coper": "COPER", "kmeans": "k-means on both views", "cca": "linear CCA + k-means",
+             "dcca": "deep CCA + k-means (no permutations)", "noperm": eng.ABLATION}
+    for short, name in names.items():
+        for metric in ("NMI", "ACC"):
+            assert m[f"{metric.lower()}_{short}"] == sc[name][metric], (short, metric)
+    for name, lab in r.baselines.items():
+        assert sc[name]["NMI"] == pytest.approx(normalized_mutual_info_score(r.labels, lab))
+        assert sc[name]["ACC"] == pytest.approx(eng.cluster_accuracy(r.labels, lab))
+    want = [sc["COPER"]["NMI"] - sc[names["kmeans"]]["NMI"], sc["COPER"]["ACC"] - sc[names["kmeans"]]["ACC"],
+            sc["COPER"]["NMI"] - sc[names["cca"]]["NMI"], sc["COPER"]["ACC"] - sc[names["cca"]]["ACC"],
+            sc["COPER"]["NMI"] - sc[eng.ABLATION]["NMI"]]
+    assert [c.measured for c in eng.claims(r)] == pytest.approx(want)
+
+
+def test_training_curves(default_result):
+    """The training plot and CSV: epochs 1..E, the mean canonical correlation in [0, 1] (high at the end), and the
+    pseudo-labelled share, zero before the warm-up ends and equal to the final share of samples with a label."""
+    r, cfg = default_result, default_result.config
+    h = r.history
+    np.testing.assert_array_equal(h["epoch"], np.arange(1, cfg.epochs + 1))
+    assert np.all((h["corr"] > 0) & (h["corr"] <= 1 + 1e-6)) and h["corr"][-1] > 0.5
+    assert np.all(h["labelled"][: cfg.warmup - 1] == 0) and h["labelled"].max() > 0
+    assert h["labelled"][-1] == pytest.approx(r.metrics["labelled_share"])
+    assert np.all(h["ce"][: cfg.warmup] == 0)
+
+
+def test_confusion_is_a_column_permutation_of_the_contingency_table(default_result):
+    from sklearn.metrics.cluster import contingency_matrix
+
+    r = default_result
+    cont = contingency_matrix(r.labels, r.pred)             # classes x clusters (as numbered)
+    conf = r.confusion
+    np.testing.assert_array_equal(conf.sum(1), np.bincount(r.labels, minlength=conf.shape[0]))
+    cols = {tuple(c) for c in cont.T}
+    for j in range(conf.shape[1]):
+        if conf[:, j].any():
+            assert tuple(conf[:, j]) in cols
+    assert np.trace(conf) == pytest.approx(r.scores["COPER"]["ACC"] * len(r.labels))
+
+
+def test_views_examples_and_baselines_rebuilt_with_sklearn(default_result):
+    """Redraw the digit views from the seed, then: the example images are the first sample of classes 0..4 in each
+    view; the k-means bar comes from scikit-learn's KMeans on both standardised views; the raw scatter is scikit-learn's PCA of both views."""
+    from sklearn.cluster import KMeans
+    from sklearn.decomposition import PCA
+
+    r, cfg = default_result, default_result.config
+    v1, v2, y = eng.make_digits_views(np.random.default_rng(cfg.seed), cfg.n_samples, cfg.clusters, cfg.view_noise)
+    np.testing.assert_array_equal(y, r.labels)
+    first = [int(np.argmax(y == c)) for c in range(5)]
+    ex = r.views_example
+    np.testing.assert_array_equal(ex["labels"], np.arange(5))
+    np.testing.assert_allclose(ex["view1"], v1[first].reshape(-1, 8, 8))
+    np.testing.assert_allclose(ex["view2"], v2[first].reshape(-1, 8, 8))
+    both = np.hstack([_std(v1), _std(v2)])
+    km = KMeans(n_clusters=cfg.clusters, n_init=10, random_state=cfg.seed).fit_predict(both)
+    assert normalized_mutual_info_score(km, r.baselines["k-means on both views"]) == pytest.approx(1.0)
+    _pc_match(r.embed2d_raw, PCA(n_components=2, svd_solver="full").fit_transform(both))
+
+
+def test_coper_outputs_follow_the_trained_networks(monkeypatch):
+    """Capture what training returns: the embedding scatter is the PCA of the final fused embedding, the deep-CCA bar
+    is k-means of the warm-up embedding, and COPER's clusters are the argmax of a linear head on the fused embedding,
+    so they are linearly separable there (a linear classifier fits them exactly)."""
+    from sklearn.cluster import KMeans
+    from sklearn.decomposition import PCA
+    from sklearn.svm import LinearSVC
+
+    seen = []
+    real = eng.train_coper
+
+    def spy(*a, **kw):
+        out = real(*a, **kw)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(eng, "train_coper", spy)
+    cfg = eng.Config(n_samples=400, epochs=60, warmup=20, clusters=5, permute=False)
+    r = eng.run(cfg)
+    pred, emb, warm = seen[0][:3]
+    np.testing.assert_array_equal(r.pred, pred)
+    _pc_match(r.embed2d, PCA(n_components=2, svd_solver="full").fit_transform(emb))
+    kw = KMeans(n_clusters=cfg.clusters, n_init=10, random_state=cfg.seed).fit_predict(_std(warm))
+    assert normalized_mutual_info_score(kw, r.baselines["deep CCA + k-means (no permutations)"]) == pytest.approx(1.0)
+    svm = LinearSVC(C=1e4, max_iter=200_000).fit(emb, pred)
+    assert (svm.predict(emb) == pred).mean() >= 0.995
+    # the pseudo-label accuracy scores the pseudo-labels themselves (not the final clusters) on the labelled samples
+    from scipy.optimize import linear_sum_assignment
+    from sklearn.metrics.cluster import contingency_matrix
+
+    pseudo = seen[0][3]
+    lab = pseudo >= 0
+    table = contingency_matrix(r.labels[lab], pseudo[lab])
+    rows, cols = linear_sum_assignment(-table)
+    assert r.metrics["pseudo_label_acc"] == pytest.approx(table[rows, cols].sum() / lab.sum())
+
+
+def test_synthetic_distractor_strength_follows_the_widget():
+    """The 'View-2 noise' widget sets the strength of each view's private grouping in the synthetic set: with the
+    same draws, the views at strength 1 are the views at 0 plus the distractor centres, which are 3·√20 long."""
+    a1, a2, ya = eng.make_synthetic_views(np.random.default_rng(0), 300, 4, 0.0)
+    b1, b2, yb = eng.make_synthetic_views(np.random.default_rng(0), 300, 4, 1.0)
+    np.testing.assert_array_equal(ya, yb)
+    for a, b in ((a1, b1), (a2, b2)):
+        shift = np.linalg.norm(b - a, axis=1)
+        np.testing.assert_allclose(shift, 3.0 * np.sqrt(20), rtol=1e-9)
+
+
+def test_linear_cca_embedding_uses_both_views():
+    """The linear-CCA baseline embeds each view with its own canonical weights: scikit-learn's CCA scores of view 1
+    and of view 2, side by side and standardised; paired columns are the canonical pairs (highly correlated)."""
+    rng = np.random.default_rng(2)
+    z = rng.normal(size=(300, 3))
+    x1 = _std(np.hstack([z, rng.normal(size=(300, 5))]) @ rng.normal(size=(8, 8)))
+    x2 = _std(np.hstack([z + 0.3 * rng.normal(size=(300, 3)), rng.normal(size=(300, 4))]) @ rng.normal(size=(7, 7)))
+    emb = eng.linear_cca_embedding(x1, x2, 3)
+    u, v = CCA(n_components=3, max_iter=1000).fit(x1, x2).transform(x1, x2)
+    np.testing.assert_allclose(emb, _std(np.hstack([u, v])), atol=1e-8)
+    assert np.corrcoef(emb[:, 0], emb[:, 3])[0, 1] > 0.9

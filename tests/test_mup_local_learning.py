@@ -207,3 +207,127 @@ def test_reported_shift_and_regret_recomputed_from_the_grid(default_result):
         regret = min(fl[-1, i_small] / fl[-1, i_large], eng.REGRET_CAP) if np.isfinite(fl[-1, i_small]) \
             else eng.REGRET_CAP
         assert r.metrics[f"{name}_regret"] == pytest.approx(regret)
+
+
+# ----------------------------------------------------------------------------- added by mutation testing, round 2
+class _Stop(Exception):
+    pass
+
+
+def test_curves_and_badge_losses_read_the_lr_tuned_at_the_smallest_width(default_result):
+    """The training-curve panel is 'at the learning rate tuned at width M₀': its last point is the final loss of that
+    learning rate at every width, and it ends at the last PC step; the 'wider is better' badge compares exactly
+    those two final losses (its smallest-width side is the smallest-width minimum)."""
+    r = default_result
+    assert r.curve_steps[0] == 0 and r.curve_steps[-1] == r.steps_used
+    for p, name in enumerate(r.param_names):
+        i_small = int(np.argmin(r.final_loss[p, 0]))
+        np.testing.assert_array_equal(r.curves[p, :, -1], r.final_loss[p, :, i_small])
+        assert r.metrics[f"{name}_loss_small"] == pytest.approx(r.final_loss[p, 0].min(), rel=1e-12)
+        assert r.metrics[f"{name}_transfer_loss_large"] == pytest.approx(r.final_loss[p, -1, i_small], rel=1e-12)
+
+
+def test_losses_of_untrained_networks_recomputed_by_hand(monkeypatch):
+    """With every PC update replaced by zero the weights stay at their initialisation, so every shown loss can be
+    recomputed from the initial weights: 0.5·Σ_outputs (y − ŷ)², averaged over all 1797 digits for the final loss
+    (the sweep plot, its CSV and the badges) and over the fixed 400-digit subset for the intermediate curve points."""
+    inits = {}
+    real_init = eng.init_weights
+
+    def spy_init(pairs, param_name, width, gen, lanes, dtype=None):
+        ws = real_init(pairs, param_name, width, gen, lanes, dtype)
+        inits[(param_name, width)] = [w[0].double().clone() for w in ws]
+        return ws
+
+    monkeypatch.setattr(eng, "init_weights", spy_init)
+    monkeypatch.setattr(eng, "pc_update", lambda ws, *a, **k: [torch.zeros_like(w) for w in ws])
+    cfg = eng.Config(widths=(32, 64), steps=20, lr_min=-2, lr_max=1, seed=2)
+    res = eng.run(cfg)
+    X, Y = (torch.as_tensor(a, dtype=torch.float64) for a in eng.digits_regression())
+    sub = np.random.default_rng([cfg.seed, 3]).choice(len(X), 400, replace=False)
+
+    def loss(ws, rows):
+        h = X[rows]
+        for i, w in enumerate(ws):
+            h = (h if i == 0 else torch.tanh(h)) @ w.T
+        return float(0.5 * ((Y[rows] - h) ** 2).sum(1).mean())
+
+    for p, name in enumerate(res.param_names):
+        for w, width in enumerate(res.widths):
+            ws = inits[(name, int(width))]
+            np.testing.assert_allclose(res.final_loss[p, w], loss(ws, slice(None)), rtol=1e-5)
+            np.testing.assert_allclose(res.curves[p, w, :-1], loss(ws, sub), rtol=1e-5)
+    # and the seed reaches the initial weights
+    assert not torch.equal(inits[("muP", 64)][0], real_init([(64, 64)], "muP", 64, torch.Generator().manual_seed(64),
+                                                             1)[0][0].double())
+
+
+def _first_pc_calls(monkeypatch, cfg, stop_width):
+    calls = []
+
+    def spy(ws, x, y, gamma, kappa, steps, act, dact):
+        calls.append((ws[1].shape[1], [w.clone() for w in ws], x.clone(), gamma))
+        if ws[1].shape[1] == stop_width:
+            raise _Stop
+        return [torch.zeros_like(w) for w in ws]
+
+    monkeypatch.setattr(eng, "pc_update", spy)
+    with pytest.raises(_Stop):
+        eng.run(cfg)
+    return calls
+
+
+def test_seed_reaches_batches_and_initial_weights(monkeypatch):
+    cfgs = [eng.Config(widths=(32, 64), steps=20, lr_min=-2, lr_max=1, seed=s) for s in (0, 1)]
+    first = [_first_pc_calls(monkeypatch, c, 32)[0] for c in cfgs]
+    assert not torch.equal(first[0][2], first[1][2])                     # minibatch of the first step
+    assert not any(torch.equal(a, b) for a, b in zip(first[0][1], first[1][1]))   # every initial weight
+
+
+def test_mup_gn_output_weight_grows_with_width(monkeypatch):
+    """μP-GN's γ is γ·M/M₀ per lane (the others keep γ): at width 64 its lanes use 2γ."""
+    cfg = eng.Config(widths=(32, 64), steps=20, lr_min=-2, lr_max=1, params=eng.PARAMS, gamma=1.5)
+    calls = _first_pc_calls(monkeypatch, cfg, 64)
+    n_lr = cfg.lr_max - cfg.lr_min + 1
+    gam = calls[-1][3].reshape(-1)
+    assert calls[-1][0] == 64
+    np.testing.assert_allclose(gam.numpy(), np.repeat([1.5, 1.5, 3.0], n_lr), rtol=1e-6)
+
+
+def test_linear_study_recomputed_from_the_directions():
+    """Experiment B at a non-default condition number and seed, against loops over ``linear_directions`` with the
+    schedules written out (γ = 1, M, 100·M), and the first-order / GN cosine of each parameterisation."""
+    cfg = eng.Config(cond=3.0, seed=4)
+    cos_fo, cos_gn, fo_gn = eng.experiment_b(cfg)
+    for p in ("muP", "SP"):
+        for sch, gam_of in zip(eng.B_SCHEDULES, (lambda m: 1.0, lambda m: float(m), lambda m: 100.0 * m)):
+            ds = [eng.linear_directions(m, gam_of(m), p, 3.0, 4) for m in eng.B_WIDTHS]
+            np.testing.assert_allclose(cos_fo[(p, sch)], [eng.cosine(d["pc"], d["fo"]) for d in ds], rtol=1e-12)
+            np.testing.assert_allclose(cos_gn[(p, sch)], [eng.cosine(d["pc"], d["gn"]) for d in ds], rtol=1e-12)
+            # each parameterisation's panel draws its own first-order / GN cosine (the same at every γ)
+            np.testing.assert_allclose(fo_gn[p], [eng.cosine(d["fo"], d["gn"]) for d in ds], rtol=1e-12)
+    assert not np.allclose(fo_gn["muP"], fo_gn["SP"])
+
+
+def test_condition_number_shapes_the_output_layer():
+    """The output layer is diag(1 … 1/cond) (log-spaced) times the same Gaussian draw: its rows at cond = c are the
+    rows at cond = 1 scaled by that diagonal."""
+    base = eng.linear_directions(64, 1.0, "muP", 1.0, seed=5)["W2"]
+    for c in (4.0, 50.0):
+        W2 = eng.linear_directions(64, 1.0, "muP", c, seed=5)["W2"]
+        np.testing.assert_allclose(W2, torch.diag(torch.tensor(np.logspace(0, -np.log10(c), 5))) @ base, rtol=1e-12)
+
+
+def test_linear_study_badges_recomputed(default_result):
+    """The four linear-study badges over widths M ≥ 64 (their labels say so), from the plotted cosines."""
+    r, m = default_result, default_result.metrics
+    big = r.b_widths >= 64
+    assert big.sum() == len(r.b_widths) - 1
+    fixed, hundred = eng.B_SCHEDULES[0], eng.B_SCHEDULES[2]
+    assert m["b_mup_fixed_cos_fo_min"] == min(r.b_cos_fo[("muP", fixed)][big])
+    gn = r.b_cos_gn[("muP", hundred)][big]
+    assert m["b_mup_100m_cos_gn_min"] == gn.min()
+    assert m["b_mup_100m_cos_gn_spread"] == pytest.approx(gn.max() - gn.min(), abs=1e-15)
+    assert m["b_sp_fixed_cos_fo_max"] == max(r.b_cos_fo[("SP", fixed)][big])
+    ds = [eng.linear_directions(w, 1.0, "muP", r.config.cond, r.config.seed) for w in eng.B_WIDTHS]
+    assert m["b_fo_gn_cos_mean"] == pytest.approx(np.mean([eng.cosine(d["fo"], d["gn"]) for d in ds]), rel=1e-12)

@@ -264,3 +264,155 @@ def test_gradient_sweep_reads_eta_not_epsilon():
     np.testing.assert_array_equal(base.sweep_c, other_eps.sweep_c)
     other_eta = eng.run(eng.Config(perturbation="uniform", eta=eng.STEP_VALUES[-1]))
     assert not np.array_equal(base.sweep_c, other_eta.sweep_c)
+
+
+# ----------------------------------------------------------------------------- what the page shows, rebuilt
+
+def _arc_distance_brute(w):
+    """Closed-form channel distance by trying every eigenphase as the start of the covering arc."""
+    ph = np.angle(np.linalg.eigvals(w))
+    widths = [np.max((ph - a) % (2 * np.pi)) for a in ph]
+    arc = min(widths)
+    return math.sin(arc / 2) if arc < math.pi else 1.0
+
+
+def _ref_cost(theta, n, layers, entangler):
+    psi = _reference_hea(theta, n, layers, entangler)[:, 0]
+    return float(np.real(psi.conj() @ _on(Z, 0, n) @ psi))
+
+
+def _euler_ref(a, b, c):
+    ry = np.array([[np.cos(b / 2), -np.sin(b / 2)], [np.sin(b / 2), np.cos(b / 2)]])
+    return np.diag(np.exp([-0.5j * a, 0.5j * a])) @ ry @ np.diag(np.exp([-0.5j * c, 0.5j * c]))
+
+
+def _pair_frame_potential(us):
+    """Mean of |tr U_i† U_j|⁴ over ordered pairs i ≠ j, by an explicit trace of the products."""
+    tr = np.einsum("iba,jba->ij", us.conj(), us)
+    f = np.abs(tr) ** 4
+    s = len(us)
+    return float((f.sum() - np.trace(f)) / (s * (s - 1)))
+
+
+SMALL = dict(n_qubits=2, layers=2, samples=20, seed=3)   # one layer: CZ/CNOT cancel in tr U†V
+
+
+@pytest.fixture(scope="module")
+def small_uniform():
+    return eng.run(eng.Config(**SMALL, epsilon=0.2, eta=0.5, design_n=2, entangler="cnot"))
+
+
+def _main_draws(cfg):
+    """The main panel's θ and uniform δ, drawn again from a torch generator seeded like the engine's."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    p = 2 * cfg.n_qubits * cfg.layers
+    theta = torch.rand(cfg.samples, p, generator=gen, dtype=torch.float64) * (2 * math.pi)
+    delta = None
+    if cfg.perturbation == "uniform":
+        delta = (torch.rand(cfg.samples, p, generator=gen, dtype=torch.float64) * 2 - 1) * cfg.epsilon
+    return gen, theta.numpy(), None if delta is None else delta.numpy()
+
+
+def test_main_panel_rebuilt_from_the_seed_with_reference_circuit(small_uniform):
+    """Scatter and CSV columns: δ uniform in [−ε, ε] for this seed (ε, not η), the two bounds, and c from the
+    expm/Kronecker circuit with a brute-force arc."""
+    r = small_uniform
+    cfg = r.config
+    _, theta, delta = _main_draws(cfg)
+    assert np.abs(delta).max() <= cfg.epsilon and (delta < 0).any() and (delta > 0).any()
+    np.testing.assert_allclose(r.b1, 0.5 * np.abs(delta).sum(1), atol=1e-12)
+    np.testing.assert_allclose(r.b2, np.sin(np.abs(delta) / 2).sum(1), atol=1e-12)
+    for i in range(cfg.samples):
+        u = _reference_hea(theta[i], 2, cfg.layers, "cnot")
+        v = _reference_hea(theta[i] + delta[i], 2, cfg.layers, "cnot")
+        assert r.c[i] == pytest.approx(_arc_distance_brute(u.conj().T @ v), abs=1e-9)
+    assert r.n_params == 2 * cfg.n_qubits * cfg.layers == theta.shape[1]
+
+
+def test_gradient_update_is_a_descent_step_of_size_eta():
+    """Gradient mode: δ = −η∇C with ∇C from central finite differences of the reference circuit's cost. Two layers:
+    with one, C depends on a single angle and c would not see the sign of the step."""
+    cfg = eng.Config(**SMALL, perturbation="gradient", eta=0.2, epsilon=0.001, entangler="cz")
+    r = eng.run(cfg)
+    _, theta, _ = _main_draws(cfg)
+    h = 1e-6
+    for i in range(cfg.samples):
+        g = np.zeros(theta.shape[1])
+        for j in range(len(g)):
+            e = np.zeros(len(g))
+            e[j] = h
+            g[j] = (_ref_cost(theta[i] + e, 2, 2, "cz") - _ref_cost(theta[i] - e, 2, 2, "cz")) / (2 * h)
+        delta = -cfg.eta * g
+        assert r.b1[i] == pytest.approx(0.5 * np.abs(delta).sum(), abs=1e-7)
+        assert np.count_nonzero(np.abs(g) > 1e-6) >= 2
+        u, v = _reference_hea(theta[i], 2, 2, "cz"), _reference_hea(theta[i] + delta, 2, 2, "cz")
+        assert r.c[i] == pytest.approx(_arc_distance_brute(u.conj().T @ v), abs=1e-6)
+
+
+def test_sweep_is_a_gradient_step_on_four_qubits_and_metrics_reduce_it(small_uniform):
+    """The sweep plot and CSV: P = 2·4·L, each row a gradient step of size η (also when the main panel is
+    uniform), continuing the engine's generator; then every sweep/main-panel metric reduced again by hand."""
+    r = small_uniform
+    cfg = r.config
+    gen, _, _ = _main_draws(cfg)
+    np.testing.assert_array_equal(r.sweep_p, [2 * 4 * lay for lay in eng.SWEEP_LAYERS])
+    for row, lay in enumerate(eng.SWEEP_LAYERS):
+        p = 8 * lay
+        th = torch.rand(eng.SWEEP_SAMPLES, p, generator=gen, dtype=torch.float64) * (2 * math.pi)
+        if lay > 2:
+            continue          # the generator still has to advance; the reference check stays on small circuits
+        de = -cfg.eta * eng.parameter_shift_grad(th, 4, lay, cfg.entangler)
+        u = eng.hea_unitary(th, 4, lay, cfg.entangler).numpy()
+        v = eng.hea_unitary(th + de, 4, lay, cfg.entangler).numpy()
+        want = [_arc_distance_brute(a.conj().T @ b) for a, b in zip(u, v)]
+        np.testing.assert_allclose(r.sweep_c[row], want, atol=1e-9)
+    m = r.metrics
+    med = [float(np.median(row)) for row in r.sweep_c]
+    assert m["sweep_median_first"] == pytest.approx(med[0])
+    assert m["sweep_min_increment"] == pytest.approx(min(b - a for a, b in zip(med, med[1:])))
+    cvs = [float(np.std(row) / np.mean(row)) for row in r.sweep_c]
+    assert m["sweep_min_cv"] == pytest.approx(min(cvs))
+    assert m["median_ratio_b1"] == pytest.approx(float(np.median(r.c / r.b1)))
+    assert m["max_ratio_b1"] == pytest.approx(float(np.max(r.c / r.b1)))
+    assert m["max_ratio_b2"] == pytest.approx(float(np.max(r.c / r.b2)))
+    assert m["median_c"] == pytest.approx(float(np.median(r.c)))
+
+
+def test_design_panel_rebuilt_for_two_qubits(small_uniform):
+    """Bars and CSV of the 2-design panel at n = 2: Euler and Haar ensembles redrawn from the seed, the HEA
+    ensemble from the torch generator after the sweep, all with the chosen entangler; frame potentials by an
+    explicit pair average; the Clifford→T bar is the closest element, sin(π/8)."""
+    r = small_uniform
+    cfg = r.config
+    rng = np.random.default_rng(cfg.seed)
+    ang = rng.uniform(0, 2 * np.pi, (eng.DESIGN_SAMPLES, 3))
+    euler = np.array([_euler_ref(*a) for a in ang])
+    haar = eng.haar_unitaries(4, eng.DESIGN_SAMPLES, rng)
+    assert haar.shape[1] == 2 ** cfg.design_n
+    gen, _, _ = _main_draws(cfg)
+    for lay in eng.SWEEP_LAYERS:
+        torch.rand(eng.SWEEP_SAMPLES, 8 * lay, generator=gen, dtype=torch.float64)
+    th = (torch.rand(eng.DESIGN_SAMPLES, 4 * cfg.layers, generator=gen, dtype=torch.float64) * 2 * math.pi).numpy()
+    hea = np.array([_reference_hea(t, 2, cfg.layers, cfg.entangler) for t in th[:400]])
+    assert len(r.design_names) == 4 and r.clifford_size == 11520
+    fp = r.frame_potential
+    assert fp[0] == pytest.approx(2.0, abs=1e-9)
+    assert fp[1] == pytest.approx(_pair_frame_potential(euler), rel=1e-9)
+    assert fp[2] == pytest.approx(_pair_frame_potential(haar), rel=1e-9)
+    # the HEA value over all 2000 from the engine's simulator, checked on the first 400 against the reference
+    ours = eng.hea_unitary(torch.tensor(th), 2, cfg.layers, cfg.entangler).numpy()
+    for a, b in zip(ours[:400], hea):
+        ph = np.vdot(b.ravel(), a.ravel())
+        np.testing.assert_allclose(a, b * ph / abs(ph), atol=1e-10)
+    assert fp[3] == pytest.approx(_pair_frame_potential(ours), rel=1e-9)
+    assert r.t_distance[0] == pytest.approx(math.sin(math.pi / 8), abs=1e-9)
+    assert r.t_distance[1] == pytest.approx(0.0, abs=1e-9)
+    assert np.isnan(r.t_distance[2:]).all()
+    m = r.metrics
+    assert (m["f_clifford"], m["f_euler"], m["f_haar"]) == (fp[0], fp[1], fp[2])
+    assert m["clifford_t_distance"] == r.t_distance[0]
+
+
+def test_one_qubit_clifford_to_t_bar_is_sin_pi_over_8(default_result):
+    assert default_result.clifford_size == 24
+    assert default_result.t_distance[0] == pytest.approx(math.sin(math.pi / 8), abs=1e-12)

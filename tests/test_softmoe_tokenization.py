@@ -585,3 +585,145 @@ def test_online_rl_bootstraps_on_the_frame_after_each_action(monkeypatch):
                 assert bool((_decode_catch(ro["O"][t + 1][end])[0] == 0).all())    # finished ones restart on top
         torch.testing.assert_close(ro["q_next"], ro["ref"], rtol=0, atol=1e-6)
     assert ended > 0                           # the end-of-game branch was exercised
+
+
+# ------------------------------------------------------------------ what the page shows (second mutation round)
+def _softmoe_numpy(moe, x, keep):
+    """Output tokens (B, m, d) and slot outputs (B, k, p, d) of a SoftMoE restricted to the experts in ``keep``,
+    from the equations in numpy (ℓ2-normalised routing logits, dispatch over tokens, combine over kept slots)."""
+    X = x.numpy().astype(np.float64)
+    phi = moe.phi.detach().numpy().astype(np.float64)
+    pn = phi / (np.linalg.norm(phi, axis=0, keepdims=True) + 1e-6)
+    xn = X / (np.linalg.norm(X, axis=-1, keepdims=True) + 1e-6)
+    L = float(moe.scale.detach()) * np.einsum("bmd,dnp->bmnp", xn, pn)
+    D = np.exp(L - L.max(1, keepdims=True))
+    D /= D.sum(1, keepdims=True)
+    Lk = L[:, :, keep].reshape(L.shape[0], L.shape[1], -1)
+    C = np.exp(Lk - Lk.max(-1, keepdims=True))
+    C = (C / C.sum(-1, keepdims=True)).reshape(L.shape[0], L.shape[1], len(keep), -1)
+    xs = np.einsum("bmnp,bmd->bnpd", D, X)
+    w1, b1 = moe.w1.detach().numpy(), moe.b1.detach().numpy()
+    w2, b2 = moe.w2.detach().numpy(), moe.b2.detach().numpy()
+    h = np.maximum(np.einsum("bnpd,ndh->bnph", xs, w1) + b1[:, None], 0)
+    y = np.einsum("bnph,nhd->bnpd", h, w2) + b2[:, None]
+    return np.einsum("bmkp,bkpd->bmd", C, y[:, keep]), y
+
+
+def test_pruning_diagnostics_rebuilt_from_the_weights(default_result):
+    """The numbers in the page's pruning box, for both sets of shipped weights, rebuilt in numpy over all Catch states:
+    unpruned success, Q-error to Q* before and after pruning (mean over seeds × experts), the error of predicting 0,
+    how far the output tokens move when one expert goes (relative to the unpruned output), the output / slot-output
+    norm ratio and the mean cosine between different experts' mean slot outputs."""
+    t, b, p = eng.all_states(eng.SHIPPED_COLS)
+    obs = eng.observe(t, b, p, eng.SHIPPED_COLS)
+    q = eng.q_star(t, b, p, eng.SHIPPED_COLS).numpy().astype(np.float64)
+    m = default_result.metrics
+    for prefix, rl, mk in (("mask_", False, default_result.masking), ("rl_mask_", True, default_result.masking_rl)):
+        base_s, mse_b, mse_p, change, cancel, ecos = [], [], [], [], [], []
+        for path in eng.shipped_moe4_paths(rl=rl):
+            net = eng.build("softmoe4_per_conv", eng.SHIPPED_COLS)
+            net.load_state_dict(load_state(path)["state"])
+            net.eval()
+            base_s.append(eng.greedy_success(net, eng.SHIPPED_COLS))
+            with torch.no_grad():
+                x = net.tokens(obs)
+            W, bias = net.out.weight.detach().numpy(), net.out.bias.detach().numpy()
+
+            def qhat(o, W=W, bias=bias):
+                return o.reshape(len(o), -1) @ W.T + bias
+
+            out, y = _softmoe_numpy(net.moe, x, list(range(4)))
+            mse_b.append(((qhat(out) - q) ** 2).mean())
+            cancel.append(np.linalg.norm(out, axis=-1).mean() / np.linalg.norm(y, axis=-1).mean())
+            ey = y.mean(2)
+            ey = ey / np.linalg.norm(ey, axis=-1, keepdims=True)
+            cs = np.einsum("bid,bjd->bij", ey, ey).mean(0)
+            ecos.append(cs[~np.eye(4, dtype=bool)].mean())
+            for j in range(4):
+                o_j, _ = _softmoe_numpy(net.moe, x, [i for i in range(4) if i != j])
+                mse_p.append(((qhat(o_j) - q) ** 2).mean())
+                change.append(np.linalg.norm(o_j - out) / np.linalg.norm(out))
+        assert m[prefix + "base_success"] == pytest.approx(np.mean(base_s), abs=1e-9)
+        assert m[prefix + "mse_base"] == pytest.approx(np.mean(mse_b), rel=1e-4)
+        assert m[prefix + "mse_pruned"] == pytest.approx(np.mean(mse_p), rel=1e-4)
+        assert m[prefix + "mse_zero"] == pytest.approx((q ** 2).mean(), rel=1e-6)
+        assert m[prefix + "out_change"] == pytest.approx(np.mean(change), rel=1e-4)
+        np.testing.assert_allclose(mk["cancel"], cancel, rtol=1e-4)
+        np.testing.assert_allclose(mk["expert_cos"], ecos, rtol=1e-4, atol=1e-5)
+
+
+def test_rl_final_returns_in_the_caption(default_result):
+    """Every head's final greedy return in the RL caption: 2·success − 1, last 10 % of the steps, all seeds."""
+    from engine.core.nn import asset_path
+
+    z = np.load(asset_path(eng.ASSET_DIR) / "curves_rl.npz")
+    last = z["step"] >= 0.9 * z["step"][-1]
+    for a in eng.ARCHS:
+        want = np.mean([2 * v - 1 for row in z[f"{a}_success"] for v in row[last]])
+        assert default_result.metrics[f"rl_final_return_{a}"] == pytest.approx(want), a
+
+
+LIVE_ALT = eng.Config(live_steps=50, train_frac=0.3, seed=2, columns=4)
+
+
+def test_live_run_follows_its_widgets_and_parameter_chart_stays_at_5_columns():
+    """A live regression run with non-default training fraction, seed and width equals train_head called with them,
+    while the parameter chart ('5 columns') is unchanged by the live width."""
+    res = eng.run(LIVE_ALT)
+    _, curve = eng.train_head(LIVE_ALT.live_arch, 4, 50, 2, 0.3, width_scale=LIVE_ALT.width_scale)
+    for k in ("step", "train_mse", "test_mse", "success"):
+        np.testing.assert_allclose(res.live[k], curve[k], rtol=1e-5, err_msg=k)
+    assert res.metrics["live_final_mse"] == pytest.approx(curve["test_mse"][-1], rel=1e-5)
+    assert res.param_counts == {a: eng.n_params(eng.build(a, 5)) for a in eng.ARCHS}
+    # the observation shown in the anatomy view: drawn from the page's seed (ball row 4, paddle on the bottom row)
+    g = torch.Generator().manual_seed(LIVE_ALT.seed)
+    bc, pc = (int(v) for v in torch.randint(4, (2,), generator=g))
+    img = res.obs_image
+    assert bc != pc and img.shape == (2, eng.ROWS, 4)
+    assert img[0, 4, bc] == 1 and img[0].sum() == 1 and img[1, eng.ROWS - 1, pc] == 1 and img[1].sum() == 1
+
+
+def test_anatomy_observation_seed_and_capacity():
+    """The anatomy's observation (ball on row 4 in channel 0, paddle on the bottom row in channel 1, at the columns
+    the seeded generator draws), its dependence on the seed, and slots per expert p = ⌈m·cf/n⌉ with D's columns and
+    C's rows summing to 1."""
+    for seed in (0, 3):
+        cfg = eng.Config(seed=seed, capacity=0.5, experts=3, columns=6, live_steps=50)
+        g = torch.Generator().manual_seed(seed)
+        bc, pc = (int(v) for v in torch.randint(6, (2,), generator=g))
+        obs = eng.observe(torch.tensor([4]), torch.tensor([bc]), torch.tensor([pc]), 6)
+        img = obs[0].numpy()
+        assert img[0, 4, bc] == 1 and img[0].sum() == 1 and img[1, eng.ROWS - 1, pc] == 1 and img[1].sum() == 1
+        anat, _ = eng.anatomy(cfg, obs)
+        for tok, a in anat.items():
+            m_, d_ = eng.token_shape(tok, 6)
+            assert (a["m"], a["d"], a["n"]) == (m_, d_, 3), tok
+            assert a["p"] == max(1, math.ceil(m_ * 0.5 / 3)), tok
+            assert a["D"].shape == a["C"].shape == (m_, 3 * a["p"])
+            np.testing.assert_allclose(a["D"].sum(0), 1.0, atol=1e-5, err_msg=tok)
+            np.testing.assert_allclose(a["C"].sum(1), 1.0, atol=1e-5, err_msg=tok)
+        # the routing weights come from a net seeded with the page's seed
+        torch.manual_seed(seed)
+        _, Net = eng._modules()
+        net = Net(6, "softmoe", tokenization="per_conv", experts=3, capacity=0.5, l2_routing=True)
+        with torch.no_grad():
+            D, _ = net.moe.weights(net.tokens(obs))
+        np.testing.assert_allclose(anat["per_conv"]["D"], D[0].reshape(60, -1).numpy(), atol=1e-6)
+
+
+def test_rl_training_reward_is_the_mean_of_the_last_50_games(monkeypatch):
+    """The RL curve's 'training reward': the mean reward of the last 50 finished training games, read off the
+    environment steps of the 16 parallel games (greedy evaluation plays 25 starts at 5 columns, so it is told apart)."""
+    finished = []
+    real = eng.env_step
+
+    def spy(t, b, p, a, cols):
+        out = real(t, b, p, a, cols)
+        if len(t) == eng.RL_ENVS:
+            finished.extend(out[3][out[4]].tolist())
+        return out
+
+    monkeypatch.setattr(eng, "env_step", spy)
+    _, curve = eng.train_head_rl("dense", 5, 6000, seed=0, evals=3)
+    assert len(finished) > 100
+    assert curve["train_reward"][-1] == pytest.approx(np.mean(finished[-50:]))

@@ -30,6 +30,17 @@ REPRODUCED = ("z-score vs random passages", "MRR BM25", "MRR_BM25 − MRR_TrackS
               "MRR_TrackStar − MRR_grad·grad")
 
 
+
+def _whitened_cosines(fq, fp, R):
+    """Cosines between query and passage features after whitening by R (damped by 1 % of its mean eigenvalue), in
+    numpy: the reference for the engine's torch route."""
+    d = R.shape[0]
+    R = R + 0.01 * np.trace(R) / d * np.eye(d)
+    wv, U = np.linalg.eigh(R)
+    Rih = (U / np.sqrt(wv)) @ U.T
+    a, b = fq @ Rih, fp @ Rih
+    return (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (b / np.linalg.norm(b, axis=1, keepdims=True)).T
+
 def test_claims_at_default(default_result):
     cl = eng.claims(default_result)
     assert len(cl) == 7
@@ -205,12 +216,7 @@ def test_hessian_mix_follows_the_papers_rule(ckpt, default_result):
     assert lam * eq[k] == pytest.approx((1 - lam) * et[k], rel=1e-9)
     # the query term dominates only the top few components (a fixed λ = 0.9 let it dominate ~200 of them here)
     assert np.sum(lam * eq > (1 - lam) * et) <= 3 * k
-    R = lam * Rq + (1 - lam) * Rt
-    R += 0.01 * np.trace(R) / d * np.eye(d)
-    wv, U = np.linalg.eigh(R)
-    Rih = (U / np.sqrt(wv)) @ U.T
-    a, b = fq @ Rih, fp @ Rih
-    ref = (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (b / np.linalg.norm(b, axis=1, keepdims=True)).T
+    ref = _whitened_cosines(fq, fp, lam * Rq + (1 - lam) * Rt)
     got = eng.encodings(eng.Config(), params, v, step)[0]["trackstar"]
     assert np.allclose(got, ref, atol=2e-4)
 
@@ -554,3 +560,166 @@ def test_plain_dot_r_is_pearson_of_raw_gradient_dot_with_measured_gain(ckpt, def
     # the two predictors rank the same pairs differently (measured 0.939 vs 0.882 at the default config)
     assert abs(r_plain - r_adam) > 0.02
     assert abs(res.metrics["tp_plain_dot_r"] - res.metrics["tp_first_order_r"]) > 0.02
+
+
+# ------------------------------------------------------------------ what the page shows (second mutation round)
+@pytest.fixture(scope="module")
+def default_scores(ckpt):
+    params, _, v, step, _ = ckpt
+    return eng.encodings(eng.Config(), params, v, step)[0]
+
+
+ALT_CONFIG = eng.Config(method="grad_dot", query=17, seed=1, tp_queries=20)
+
+
+@pytest.fixture(scope="module")
+def alt_result():
+    return eng.run(ALT_CONFIG)
+
+
+def _first_rank(s, props):
+    """1-based rank of the best-placed passage in ``props`` under scores ``s`` (ties go to the lower index)."""
+    return min(int(np.sum(s > s[p]) + np.sum(s[:p] == s[p])) for p in props) + 1
+
+
+def test_reference_lines_are_per_query_means_of_the_fact_stating_passages(ckpt, default_result):
+    """The green 'passages that state the fact' line: for each tail-patched query, the mean one-step gain over the
+    passages that state its fact, then the mean over queries (scipy's sem for its error), rebuilt query by query."""
+    from scipy.stats import sem
+
+    params, m, v, step, w, shapes, flat, (X, Y, M) = _patch_setup(ckpt)
+    qx, qy = eng.encode_prompts(w.queries), torch.as_tensor(w.targets)
+    per_q = []
+    for q in default_result.tp_query_ids:
+        props = np.flatnonzero(w.fact_of == q)                     # from the world's labels, not world.proponents
+        G = eng.per_example_grads(params, X[props], Y[props], M[props])
+        qi = torch.full((len(props),), int(q))
+        per_q.append(eng.tail_patch_gain(flat(params), flat(m), flat(v), step, shapes, G, qx[qi], qy[qi]).mean())
+    met = default_result.metrics
+    assert met["tp_sources"] == pytest.approx(np.mean(per_q), abs=2e-5)
+    assert met["tp_sources_se"] == pytest.approx(sem(per_q), rel=1e-3)
+
+
+def test_answer_share_and_first_rank_of_the_patched_lists(default_result, default_scores):
+    """Share of patched passages that contain the answer token, and the scatter's x (rank of the first stating
+    passage) for exactly the tail-patched queries, from the score matrices by brute force."""
+    w, res = eng.WORLD, default_result
+    tq, kk = res.tp_query_ids, eng.Config().tp_k
+    for k in eng.METHODS:
+        s = default_scores[k]
+        hits = []
+        for q in tq:
+            top = np.argsort(-s[q], kind="stable")[:kk]
+            hits += [int(w.targets[q]) in w.passages[p] for p in top]
+        assert res.metrics[f"answer_share_{k}"] == pytest.approx(np.mean(hits)), k
+        want = [_first_rank(s[q], np.flatnonzero(w.fact_of == q)) for q in tq]
+        np.testing.assert_array_equal(res.first_rank[k], want, err_msg=k)
+
+
+def test_epochs_and_counts_shown_in_the_header(ckpt, default_result):
+    """The passes over the training set (step x the training batch / passages) and the header's counts."""
+    import inspect
+
+    met, step = default_result.metrics, ckpt[3]
+    batch = inspect.signature(eng.train).parameters["batch"].default
+    assert met["epochs"] == pytest.approx(step * batch / len(eng.WORLD.passages))
+    assert met["n_passages"] == len(eng.WORLD.passages) == 1248
+    assert met["n_params"] == sum(t.numel() for t in ckpt[0].values()) == 25647
+
+
+def test_dense_route_trace_ratio_and_lambda(ckpt):
+    """At d <= 1 488 the whitening takes the d x d route: the page's trace ratio tr R_query / tr R_train (= mean
+    squared norm of the projected, Adam-corrected query gradients over that of the passages) and λ from the rule."""
+    params, _, v, step, _ = ckpt
+    cfg = eng.Config(proj_dim=1024)
+    _, Gp, Gq, dim, (lam, ratio) = eng.encodings(cfg, params, v, step)
+    assert dim <= len(Gq) + len(Gp)
+    scale = (torch.cat([v[k].reshape(-1) for k in params]) / (1 - eng.BETAS[1] ** step) + eng.EPS).rsqrt()
+    pr = eng.Projector({k: tuple(t.shape) for k, t in params.items()}, cfg.proj_dim, seed=cfg.seed)
+    fq, fp = pr(Gq * scale).double().numpy(), pr(Gp * scale).double().numpy()
+    want = (fq ** 2).sum(1).mean() / (fp ** 2).sum(1).mean()
+    assert ratio == pytest.approx(want, rel=1e-5) and ratio > 10
+    d = fq.shape[1]
+    k = round(d * 1000 / 65536)
+    eq = np.linalg.eigvalsh(fq.T @ fq / len(fq))[::-1]
+    et = np.linalg.eigvalsh(fp.T @ fp / len(fp))[::-1]
+    assert lam == pytest.approx(et[k] / (eq[k] + et[k]), rel=1e-5)
+
+
+def _check_table(res, cfg, scores):
+    w, q = eng.WORLD, cfg.query
+    s_, r_, o = w.facts[q]
+    assert res.answer_text == f"{eng.OBJ_PREFIX[r_]}{o:02d}"
+    assert res.query_text == eng.TEMPLATES[r_][0].split(" {o}")[0].format(s=f"s{s_:02d}")
+    assert [row["rank"] for row in res.table] == list(range(1, 11))
+    for k in ("bm25", cfg.method):
+        top = np.argsort(-scores[k][q], kind="stable")[:10]
+        for row, pid in zip(res.table, top):
+            assert row[f"{k} passage"] == " ".join(w.vocab[t] for t in w.passages[pid])
+            assert row[f"{k} score"] == pytest.approx(float(scores[k][q, pid]), rel=1e-6, abs=1e-9)
+            assert row[f"{k} proponent"] == (w.fact_of[pid] == q)
+        got = [row[f"{k} score"] for row in res.table]
+        assert got == sorted(got, reverse=True)
+
+
+def test_top10_table_follows_the_query_and_method_widgets(ckpt, default_result, default_scores, alt_result):
+    """The top-10 table for the picked query and method: passages, scores, ✅ marks and the heading's query text."""
+    _check_table(default_result, eng.Config(), default_scores)
+    params, _, v, step, _ = ckpt
+    alt_scores = eng.encodings(ALT_CONFIG, params, v, step)[0]
+    assert set(alt_result.table[0]) == {"rank", "bm25 passage", "bm25 score", "bm25 proponent", "grad_dot passage",
+                                        "grad_dot score", "grad_dot proponent"}
+    _check_table(alt_result, ALT_CONFIG, alt_scores)
+    # the seed moves the projection and the sampled tail-patch queries
+    assert not np.allclose(alt_scores["grad_dot"], default_scores["grad_dot"])
+    assert len(alt_result.tp_query_ids) == 20
+
+
+def test_projection_depends_on_its_seed(ckpt):
+    shapes = {k: tuple(t.shape) for k, t in ckpt[0].items()}
+    G = torch.randn(3, sum(math.prod(s) for s in shapes.values()), generator=torch.Generator().manual_seed(0))
+    a, b, c = (eng.Projector(shapes, 512, seed=s)(G) for s in (0, 0, 1))
+    assert torch.equal(a, b) and not torch.allclose(a, c)
+
+
+def test_gradient_norm_histogram_and_frequent_passages(ckpt, default_result, default_scores):
+    """The histogram's x (per-passage gradient norm, from torch.func gradients) and its red marks: the 10 passages
+    in the most grad·grad top-10 lists, with their counts (collections.Counter)."""
+    from collections import Counter
+
+    params = ckpt[0]
+    X, Y, M = eng.encode_passages(eng.WORLD)
+    G = eng.per_example_grads(params, X, Y, M)
+    np.testing.assert_allclose(default_result.grad_norms, G.double().norm(dim=1).numpy(), rtol=1e-4)
+    top10 = np.argsort(-default_scores["grad_dot"], axis=1, kind="stable")[:, :10]
+    counts = Counter(top10.ravel().tolist())
+    want = sorted(counts.values(), reverse=True)[:10]
+    assert sorted(default_result.frequent_dot_count.tolist(), reverse=True) == want
+    assert all(counts[int(i)] == c for i, c in zip(default_result.frequent_dot, default_result.frequent_dot_count))
+
+
+def test_tail_patch_rungs_are_paired_differences(default_result):
+    from scipy.stats import sem
+
+    res, met = default_result, default_result.metrics
+    for a, b in zip(eng.GRAD_METHODS[:-1], eng.GRAD_METHODS[1:]):
+        diff = res.tp_per_query[b] - res.tp_per_query[a]
+        assert met[f"tp_rung_{b}"] == pytest.approx(met[f"tp_{b}"] - met[f"tp_{a}"], abs=1e-7)
+        assert met[f"tp_rung_se_{b}"] == pytest.approx(sem(diff), rel=1e-6)
+
+
+def test_custom_hessian_without_adam_whitens_the_raw_gradients(ckpt):
+    """'Your combination' with Hessian whitening but no optimizer correction: cosine of R^(-1/2)-whitened raw
+    projected gradients (λ by the rule, 1 % damping), rebuilt in numpy at d = 256."""
+    params, _, v, step, _ = ckpt
+    cfg = eng.Config(proj_dim=256, use_adam=False, use_hessian=True, use_unit=True)
+    scores, Gp, Gq, _, _ = eng.encodings(cfg, params, v, step)
+    pr = eng.Projector({k: tuple(t.shape) for k, t in params.items()}, 256, seed=0)
+    fq, fp = pr(Gq).double().numpy(), pr(Gp).double().numpy()
+    Rq, Rt = fq.T @ fq / len(fq), fp.T @ fp / len(fp)
+    d = Rq.shape[0]
+    k = round(d * 1000 / 65536)
+    eq, et = np.linalg.eigvalsh(Rq)[::-1], np.linalg.eigvalsh(Rt)[::-1]
+    lam = et[k] / (eq[k] + et[k])
+    ref = _whitened_cosines(fq, fp, lam * Rq + (1 - lam) * Rt)
+    assert np.allclose(scores["custom"], ref, atol=2e-4)

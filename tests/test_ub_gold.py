@@ -279,3 +279,171 @@ def test_svdd_embedding_matches_a_dense_per_graph_gin():
     centre = torch.where(centre.abs() < 0.1, 0.1 * torch.sign(centre + 1e-12), centre)
     ref = np.array([float(((embed(g) - centre) ** 2).sum()) for g in test])
     np.testing.assert_allclose(got, ref, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- added by mutation testing, round 2
+def test_caption_curves_and_score_plots_follow_the_auroc_table(default_result):
+    """What the page derives from the table: each scenario's winner (caption) is the AUROC argmax; the score-
+    distribution plots and CSVs hold the clean-training scores (their AUROC is the table's); the clean level of the
+    contamination curve is the table; the curve is the mean over scenarios per level."""
+    r = default_result
+    for j, sc in enumerate(eng.SCENARIOS):
+        assert r.metrics[f"winner_{j}"] == int(np.argmax(r.auroc[:, j]))
+        for i, m in enumerate(eng.METHODS):
+            assert roc_auc_score(r.labels[sc], r.scores[sc][m]) == pytest.approx(r.auroc[i, j], abs=1e-12)
+    np.testing.assert_allclose(r.cont_auroc[0], r.auroc, atol=1e-12)
+    curves = eng.contamination_mean(r)
+    for i, m in enumerate(eng.METHODS):
+        expect = [np.mean([r.cont_auroc[li, i, j] for j in range(len(eng.SCENARIOS))])
+                  for li in range(len(r.contamination))]
+        np.testing.assert_allclose(curves[m], expect, rtol=1e-12)
+
+
+def test_badge_numbers_recomputed_by_brute_force(default_result):
+    """Both 'no single detector wins' badges and their details, recomputed with plain loops from the AUROC table."""
+    _check_badge_numbers(default_result, eng.Config())
+
+
+def test_badge_numbers_with_detectors_below_the_chance_bar(monkeypatch):
+    """The same recomputation where most AUROCs sit under the chance bar (random scorers): a detector under the bar
+    never counts as beating another, so with nobody clearing it the smallest largest loss is −∞."""
+    rng = np.random.default_rng(14)
+    monkeypatch.setattr(eng, "detect_all", lambda K, S, tr, te, c, s: {m: rng.random(len(te)) for m in eng.METHODS[:2]})
+    monkeypatch.setattr(eng, "svdd_scores", lambda jobs, epochs, s, progress=None: [rng.random(len(te)) for _, te in jobs])
+    cfg = eng.Config(n_train=40, n_test=20)
+    res = eng.run(cfg)
+    bar = eng.auc_chance_bar(cfg.n_test, cfg.n_test)
+    assert np.all(res.auroc < bar) and np.ptp(res.auroc) > 0.05     # measured: 0.39-0.54, bar 0.78
+    _check_badge_numbers(res, cfg)
+    assert res.metrics["min_largest_loss_se"] == -np.inf
+
+
+def _check_badge_numbers(r, c):
+    m = r.metrics
+    bar = eng.auc_chance_bar(c.n_test, c.n_test)
+    nM, nS = r.auroc.shape
+    clear = [max(r.auroc[:, j]) >= bar for j in range(nS)]
+    assert m["n_scenarios_clear"] == sum(clear)
+    winners = {int(np.argmax(r.auroc[:, j])) for j in range(nS) if clear[j]}
+    assert m["n_distinct_clear_winners"] == len(winners)
+    worst = []
+    for i in range(nM):
+        z = [(r.auroc[k, j] - r.auroc[i, j]) / np.hypot(eng.auc_standard_error(r.auroc[i, j], c.n_test, c.n_test),
+                                                        eng.auc_standard_error(r.auroc[k, j], c.n_test, c.n_test))
+             for j in range(nS) for k in range(nM) if k != i and r.auroc[k, j] >= bar]
+        worst.append(max(z) if z else -np.inf)
+    assert m["min_largest_loss_se"] == pytest.approx(min(worst), rel=1e-12)
+    assert m["least_beaten"] == int(np.argmin(worst))
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_widgets_reach_the_detectors(monkeypatch):
+    """Non-default settings for every detector widget and the robustness slider: WL iterations, SVDD epochs, seed
+    (IForest and SVDD), and the contamination levels (0, max/2, max), with round(level × n_train) anomalies in each
+    training set. The detectors themselves are replaced by quick random scorers."""
+    cfg = eng.Config(n_train=40, n_test=20, wl_iters=1, svdd_epochs=20, seed=3, contamination_max=0.1)
+    seen = {"h": [], "detect": [], "svdd": []}
+    real_wl = eng.wl_features
+    rng = np.random.default_rng(0)
+
+    def wl(graphs, h):
+        seen["h"].append(h)
+        return real_wl(graphs, h)
+
+    def detect(K, S, tr, te, c, seed):
+        seen["detect"].append((tr.copy(), te.copy(), seed, c.nu))
+        return {m: rng.random(len(te)) for m in eng.METHODS[:2]}
+
+    def svdd(jobs, epochs, seed, progress=None):
+        seen["svdd"].append((epochs, seed))
+        return [rng.random(len(te)) for _, te in jobs]
+
+    monkeypatch.setattr(eng, "wl_features", wl)
+    monkeypatch.setattr(eng, "detect_all", detect)
+    monkeypatch.setattr(eng, "svdd_scores", svdd)
+    res = eng.run(cfg)
+    assert seen["h"] == [1] * len(eng.SCENARIOS)
+    assert seen["svdd"] == [(20, 3)]
+    np.testing.assert_allclose(res.contamination, [0.0, 0.05, 0.1])
+    n_norm = cfg.n_train + cfg.n_test
+    for li, (tr, te, seed, _) in enumerate(seen["detect"]):
+        assert seed == 3 and len(te) == 2 * cfg.n_test
+        level = res.contamination[li % 3]
+        assert np.sum(tr >= n_norm) == round(level * cfg.n_train) and len(tr) == cfg.n_train
+
+
+def test_ocsvm_uses_the_nu_setting():
+    """The kernel detector is scikit-learn's one-class SVM on the precomputed kernel with the chosen ν."""
+    from sklearn.svm import OneClassSVM
+
+    rng = np.random.default_rng(9)
+    graphs = [eng.sbm_graph(int(rng.integers(10, 16)), rng) for _ in range(50)]
+    K = eng.wl_kernel(*(2 * [eng.wl_features(graphs, 2)]))
+    S = eng.graph_statistics_all(graphs)
+    tr, te = np.arange(35), np.arange(35, 50)
+    for nu in (0.04, 0.3):
+        got = eng.detect_all(K, S, tr, te, eng.Config(nu=nu), 0)[eng.METHODS[0]]
+        ref = -OneClassSVM(kernel="precomputed", nu=nu).fit(K[np.ix_(tr, tr)]).decision_function(K[np.ix_(te, tr)])
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_statistics_detector_is_unit_free():
+    """Each statistic is standardised on its own (by the training rows' mean and sd), so rescaling one column of the
+    statistics leaves the isolation-forest scores unchanged."""
+    rng = np.random.default_rng(10)
+    graphs = [eng.sbm_graph(int(rng.integers(10, 16)), rng) for _ in range(50)]
+    K = eng.wl_kernel(*(2 * [eng.wl_features(graphs, 2)]))
+    S = eng.graph_statistics_all(graphs)
+    S2 = S.copy()
+    S2[:, 1] *= 1000.0
+    tr, te = np.arange(35), np.arange(35, 50)
+    a = eng.detect_all(K, S, tr, te, eng.Config(), 0)[eng.METHODS[1]]
+    b = eng.detect_all(K, S2, tr, te, eng.Config(), 0)[eng.METHODS[1]]
+    np.testing.assert_allclose(a, b, rtol=1e-9)
+
+
+def test_every_graph_statistic_matches_networkx():
+    """All 19 numbers against networkx / numpy on a graph with isolated-free mixed degrees: size, edges, density,
+    degree mean / sd / max, mean clustering, second-smallest and largest normalised-Laplacian eigenvalue and the sd of
+    that spectrum, largest adjacency eigenvalue, feature means and sds."""
+    rng = np.random.default_rng(11)
+    for g in (eng.sbm_graph(17, rng, hub=0.8), eng.ba_graph(15, rng), eng.ring_graph(14, rng)):
+        G = _nx(g)
+        deg = np.array([d for _, d in sorted(G.degree())], float)
+        lap = np.sort(nx.normalized_laplacian_spectrum(G))
+        adj = np.sort(np.linalg.eigvalsh(nx.to_numpy_array(G)))
+        expect = np.r_[len(g.A), G.number_of_edges(), nx.density(G), deg.mean(), deg.std(), deg.max(),
+                       nx.average_clustering(G), lap[1], lap[-1], lap.std(), adj[-1], g.X.mean(0), g.X.std(0)]
+        np.testing.assert_allclose(eng.graph_statistics(g), expect, rtol=1e-9, atol=1e-9)
+
+
+def test_graph_sizes_span_the_chosen_range():
+    rng = np.random.default_rng(12)
+    c = eng.Config(min_nodes=10, max_nodes=12)
+    for name in eng.SCENARIOS:
+        norm, anom = eng.scenario_graphs(name, c, rng, 60, 60)
+        assert {len(g.A) for g in norm + anom} == {10, 11, 12}, name
+
+
+@pytest.mark.parametrize("d", [0.0, 1.0])
+def test_difficulty_sets_each_scenarios_anomaly_strength(d):
+    """Closed forms of the difficulty slider d: class-based anomalies shift every feature by ±1.2(1 − 0.7d)/2 (the
+    unit direction (1,1,1,1)/2); intra-dataset shift shuffles a fraction f = 1 − 0.4d of the nodes, so about 1 − f/2
+    of the nodes keep a feature sign that matches their community; ring graphs get at most int((0.02 + 0.2(1 − d)) n)
+    chords."""
+    rng = np.random.default_rng(13)
+    c = eng.Config(difficulty=d)
+    _, anom = eng.scenario_graphs("class-based anomaly", c, rng, 2, 400)
+    signed = np.mean([(1 if i % 2 else -1) * g.X.mean() for i, g in enumerate(anom)])
+    assert signed == pytest.approx(1.2 * (1 - 0.7 * d) / 2, abs=0.03)
+    _, anom = eng.scenario_graphs("intra-dataset shift", c, rng, 2, 300)
+    match = np.mean([np.mean((g.X[:, 0] > 0) == (np.arange(len(g.A)) >= len(g.A) // 2)) for g in anom])
+    assert match == pytest.approx(1 - (1 - 0.4 * d) / 2, abs=0.05)
+    _, rings = eng.scenario_graphs("inter-dataset shift", c, rng, 2, 200)
+    k = [max(1, int((0.02 + 0.2 * (1 - d)) * len(g.A))) for g in rings]
+    extra = [g.A.sum() / 2 - len(g.A) for g in rings]
+    assert all(e <= kk for e, kk in zip(extra, k))
+    assert np.mean(extra) >= 0.7 * np.mean(k)
