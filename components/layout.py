@@ -52,11 +52,11 @@ def claims_panel(claims: list[Claim], title: str = "Claims, measured on this run
         with st.container(border=True):
             left, right = st.columns([0.8, 0.2], vertical_alignment="center")
             with left:
-                st.markdown(f"**{c.statement}**")
+                st.markdown(f"**{plain(c.statement)}**")
                 line = c.describe()
                 if c.detail:
                     line += f" — {c.detail}"
-                st.caption(line)
+                st.caption(plain(line))
                 flip = seed_notes.note(st.session_state.get(PAGE_SLUG_KEY), c.label)
                 if flip:
                     st.caption(f":material/casino: {flip}")
@@ -93,6 +93,16 @@ def show_error(message: str) -> None:
 
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
+
+
+_CLAIM_SPECIAL = re.compile(r"([*_~$`\\])")
+
+
+def plain(text: str) -> str:
+    """Engine-written claim text for Markdown: the characters a claim uses as plain symbols (c*, e_pro, ~n³, a $ amount)
+    but Markdown could read as emphasis, strike-through, LaTeX or code are backslash-escaped; the rest is left as is,
+    so a claim reads exactly as the engine wrote it."""
+    return _CLAIM_SPECIAL.sub(r"\\\1", str(text))
 
 
 def literal(text: str) -> str:

@@ -340,12 +340,13 @@ def _run_digits(cfg: Config, progress, upload: np.ndarray | None = None, notes: 
 
     # the matrix shown on the page: Q(e_c) or Q(e_c - e_c')
     c = cfg.class_idx
+    sub = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")      # e₃ rather than a Markdown-ambiguous e_3
     if cfg.contrast != "none" and int(cfg.contrast) != c:
         Qu = Q[c] - Q[int(cfg.contrast)]
-        title = f"Q(e_{c} − e_{cfg.contrast})"
+        title = f"Q(e{str(c).translate(sub)} − e{str(cfg.contrast).translate(sub)})"
     else:
         Qu = Q[c]
-        title = f"Q(e_{c})"
+        title = f"Q(e{str(c).translate(sub)})"
     sv, svec = eig_desc(Qu)
     pix = E.T @ svec                                           # pixel-space directions (64 x d)
     pick = list(range(4)) + list(range(d - 1, d - 5, -1))      # 4 most positive, 4 most negative

@@ -398,7 +398,7 @@ def claims(result: Result) -> list[Claim]:
                "and does not beat it", measured=ratio, op="<=", threshold=1.05,
                label="twin L_pro / rank-r floor",
                detail=f"rank-{result.twin_rank} target, {len(result.twin_loss['lorapro']) - 1} steps; "
-                      f"must also be ≥ 1 − 1e-6 (it is {'' if ratio >= 1 - 1e-6 else 'NOT '}); "
+                      f"must also be ≥ 1 − 1e-6: {'it is' if ratio >= 1 - 1e-6 else 'it is NOT'}; "
                       f"LoRA ends at {m['twin_L_lora'] / m['twin_floor']:.3g}× the floor")
     if not ratio >= 1 - 1e-6:
         c3 = Claim(c3.statement, measured=np.inf, op="<=", threshold=1.05, label=c3.label, detail=c3.detail)

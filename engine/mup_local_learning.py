@@ -422,13 +422,17 @@ def claims(result: Result) -> list[Claim]:
         r = m[f"{name}_regret"]
         return "the transferred learning rate diverged" if r >= REGRET_CAP else f"regret {r:.2f}"
 
+    def shift_text(name):
+        # the spec's sign (narrow minus wide), spelled out so that "+2" is not read as "lr* grew with width"
+        return f"lr* shift log₂ lr*({w0}) − log₂ lr*({w1}) = {m[f'{name}_shift']:+.0f} octaves"
+
     out = []
     if "muP" in result.param_names:
         shift = m["muP_shift"]
         out += [
             Claim(f"Under μP the best learning rate found at width {w0} is still (nearly) the best at width {w1}…",
                   measured=m["muP_regret"], op="<=", threshold=1.25, label=f"μP transfer regret {w0}→{w1}",
-                  detail=f"lr* shift {shift:+.0f} octaves" if math.isfinite(shift) else "no stable lr found"),
+                  detail=shift_text("muP") if math.isfinite(shift) else "no stable lr found"),
             Claim("…with its optimum moving by at most one octave.",
                   measured=abs(shift) if math.isfinite(shift) else float("inf"), op="<=", threshold=1.0,
                   label="|μP lr* shift| (octaves)", fmt=".0f"),
@@ -440,8 +444,7 @@ def claims(result: Result) -> list[Claim]:
     if "SP" in result.param_names:
         out.append(Claim("Under the standard parameterisation the learning rate does not transfer.",
                          measured=m["SP_regret"], op=">=", threshold=2.0, label=f"SP transfer regret {w0}→{w1}",
-                         detail=regret_text("SP") + (f", lr* shift {m['SP_shift']:+.0f} octaves"
-                                                     if math.isfinite(m["SP_shift"]) else "")))
+                         detail=regret_text("SP") + (f", {shift_text('SP')}" if math.isfinite(m["SP_shift"]) else "")))
     return out + [
         Claim("Linear net, μP with fixed γ: as width grows the PC update becomes the first-order gradient.",
               measured=m["b_mup_fixed_cos_fo_min"], op=">=", threshold=0.999,

@@ -77,14 +77,20 @@ with right:
 zl, zh = res.zoom
 st.markdown(f"**Zoom: layer {zl + 1}, head {zh + 1}** (pick another head under *View* in the sidebar)")
 left, right = st.columns(2)
+zoom_soft = charts.heatmap(res.attn_softmax[zl, zh], x=labels, y=labels, title="Softmax",
+                           xlabel="key (attended token)", ylabel="query", zmin=0, zmax=1,
+                           colorbar_title="attention", height=460)
+zoom_sig = charts.heatmap(res.attn_sigmoid[zl, zh], x=labels, y=labels, title="Sigmoid (raw scores)",
+                          xlabel="key (attended token)", ylabel="query", zmin=0,
+                          colorbar_title="score", height=460)
+for fig in (zoom_soft, zoom_sig):
+    # label every token (plotly would skip every other one, hiding the trigger rows the caption points to)
+    fig.update_xaxes(dtick=1, tickfont_size=8)
+    fig.update_yaxes(dtick=1, tickfont_size=8)
 with left:
-    charts.show(charts.heatmap(res.attn_softmax[zl, zh], x=labels, y=labels, title="Softmax",
-                               xlabel="key (attended token)", ylabel="query", zmin=0, zmax=1,
-                               colorbar_title="attention", height=460), key="zoom-softmax")
+    charts.show(zoom_soft, key="zoom-softmax")
 with right:
-    charts.show(charts.heatmap(res.attn_sigmoid[zl, zh], x=labels, y=labels, title="Sigmoid (raw scores)",
-                               xlabel="key (attended token)", ylabel="query", zmin=0,
-                               colorbar_title="score", height=460), key="zoom-sigmoid")
+    charts.show(zoom_sig, key="zoom-sigmoid")
 download.download_json({"tokens": res.tokens, "layers": L, "heads": H, "softmax": res.attn_softmax,
                         "sigmoid_raw": res.attn_sigmoid}, "attention_maps.json",
                        label="Download the attention maps (JSON)")
@@ -206,7 +212,8 @@ charts.show(charts.lines({"as typed": np.arange(1, len(res.excess_orig) + 1),
 po, pm = m["sink_position_orig"], m["sink_position_mod"]
 st.caption(f"Largest excess: position {po} ('{res.tokens_orig[po - 1]}', +{m['sink_excess_orig']:.2f}) as typed, "
            f"position {pm} ('{res.tokens[pm - 1]}', +{m['sink_excess_mod']:.2f}) after the change."
-           + ("" if cfg.first_token == "keep" else
+           + (" *First token* leaves ⟨s⟩ first, as in training, so the two curves coincide; pick another option there "
+              "to move or remove ⟨s⟩." if cfg.first_token == "keep" else
               " The sink moved with ⟨s⟩: in this model it is tied to the token it always saw first in training."
               if res.tokens[pm - 1] == "⟨s⟩" else
               " Without ⟨s⟩ no position collects a comparable excess: the sink here belongs to the token the model "

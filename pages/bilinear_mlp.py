@@ -125,6 +125,7 @@ else:
             fig.add_trace(go.Bar(x=[f"#{i}" for i in idx], y=vals, name=f"class {cls}"))
         charts.themed(fig, "Largest terms λᵢ(uᵢ·Ex)² of the top-2 logits", 320, barmode="group")
         fig.update_xaxes(title="eigenvector (rank within its class)")
+        fig.update_yaxes(title="contribution to the logit")
         charts.show(fig, key="contrib")
     download.download_json({k: {"eigen_index": res.sample_contrib_idx[k], "contribution": v}
                             for k, v in res.sample_contrib.items()}, "bilinear_explanation.json")
@@ -132,6 +133,8 @@ else:
                            "bilinear_sample_digit.json", key="dl-bilinear-sample-digit")
 
     st.subheader("Steering along the top eigenvector")
+    st.caption(f"v is the top eigenvector of class {cfg.class_idx} (*Class to explain*), added to the test digit "
+               "above with the weight set under *Steering α* (the dotted line); at α = 0 the input is unchanged.")
     a, b = st.columns([0.3, 0.7])
     with a:
         charts.show(charts.image_grid([res.steered_image], [f"α = {cfg.alpha:+.2f} → predicted {res.steered_pred}"],
@@ -145,6 +148,7 @@ else:
         fig.add_vline(x=cfg.alpha, line_dash="dot")
         charts.themed(fig, f"Logit of class {cfg.class_idx} along x + αv", 320)
         fig.update_xaxes(title="α")
+        fig.update_yaxes(title=f"logit of class {cfg.class_idx}")
         charts.show(fig, key="steer")
     download.download_csv(pd.DataFrame({"alpha": res.steer_alphas, "model": res.steer_model,
                                         "closed_form": res.steer_formula}), "bilinear_steering.csv")

@@ -212,7 +212,8 @@ download.download_json({"ladder_columns": [int(ep["ladders"][0]), int(ep["ladder
 left, right = st.columns(2)
 with left:
     fig = charts.heatmap(res.beta_map, title="β_n on floor 1 (blend agent)", x=list(range(eng.COLS)),
-                         y=list(range(eng.COLS)), xlabel="agent column", ylabel="ball column")
+                         y=list(range(eng.COLS)), xlabel="agent column", ylabel="ball column",
+                         colorbar_title="β_n", zmin=0, zmax=1)
     charts.show(fig, key="beta_map")
     download.download_csv(download.matrix_frame(res.beta_map, "ball_col", "agent_col", "beta_n"),
                           "blendrl_beta_map.csv")
@@ -226,7 +227,8 @@ with right:
     if mlp_blender:
         st.caption("The blender here is an MLP on the object positions: it has no rules to read; the heat map "
                    "on the left is what it learned.")
-    st.dataframe(rules, hide_index=True, width="stretch")
+    st.dataframe(rules, hide_index=True, width="stretch",
+                 column_config={"weight": st.column_config.NumberColumn(format="%.3f")})
     download.download_csv(rules, "blendrl_rules.csv")
 
 # 5. training curves

@@ -41,9 +41,11 @@ m = res.metrics
 
 names = {"calnf": "CalNF q(·; c*)", "plain": "plain conditional flow", "failure_only": "failure points only",
          "pooled": "all points pooled", "betanf": f"β-NF (β = {cfg.beta:g})"}
+# the shared prefix goes in a caption: repeated in each label it cut the method names off at four columns
+st.caption("Held-out failure log-likelihood per method (nats per point, clipped at −10; higher is better):")
 c1, c2, c3, c4 = st.columns(4)
 for col, k in zip((c1, c2, c3, c4), ("calnf", "plain", "failure_only", "pooled")):
-    col.metric(f"Held-out failure LL: {names[k]}", f"{m[f'held_fail_clip_{k}']:.2f}",
+    col.metric(names[k], f"{m[f'held_fail_clip_{k}']:.2f}",
                help="mean log-likelihood per held-out failure point, each clipped at −10 nats")
 others = {k: m[f"held_fail_clip_{k}"] for k in ("plain", "failure_only", "pooled")}
 better = [names[k] for k, v in others.items() if v >= m["held_fail_clip_calnf"]]
@@ -63,13 +65,14 @@ fig = make_subplots(rows=1, cols=3, subplot_titles=("CalNF nominal q(·;0)", "Ca
 for i, d in enumerate((res.dens_nominal, res.dens_cal, res.dens_plain)):
     fig.add_trace(go.Heatmap(z=d, x=g, y=g, colorscale=charts.SEQUENTIAL, showscale=False), row=1, col=i + 1)
     fig.add_trace(go.Scatter(x=res.nominal[:300, 0], y=res.nominal[:300, 1], mode="markers", name="nominal",
-                             marker=dict(size=2, color="white"), showlegend=i == 0), row=1, col=i + 1)
+                             marker=dict(size=2, color="#d0d0d0"), showlegend=i == 0), row=1, col=i + 1)
     fig.add_trace(go.Scatter(x=res.held_failure[:200, 0], y=res.held_failure[:200, 1], mode="markers",
                              name="held-out failure", marker=dict(size=2, color="#f4a300"), showlegend=i == 0),
                   row=1, col=i + 1)
     fig.add_trace(go.Scatter(x=res.failure[:, 0], y=res.failure[:, 1], mode="markers", name="training failure",
                              marker=dict(size=8, color="#e4572e", symbol="x"), showlegend=i == 0), row=1, col=i + 1)
 charts.themed(fig, None, 380)
+fig.update_layout(legend_itemsizing="constant")   # 2-px points would give invisible legend swatches
 charts.show(fig, key="dens")
 st.caption("Right: the failure model q(·;1) of the plain conditional flow, trained on the same nominal and failure "
            "data without the calibration.")

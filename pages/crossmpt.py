@@ -76,7 +76,10 @@ for name in cur["names"]:
 table = pd.DataFrame(rows)
 st.caption("−ln(BER) per decoder (higher is better), the way the paper tabulates results. Points with fewer "
            "than ~100 bit errors are noisy; raise the number of codewords to tighten them.")
-st.dataframe(table.pivot(index="decoder", columns="ebn0_db", values="neg_ln_ber").round(2))
+# rows in the plots' order (pivot sorts them alphabetically), columns named with their unit
+neg_ln = table.pivot(index="decoder", columns="ebn0_db", values="neg_ln_ber").reindex(cur["names"]).round(2)
+neg_ln.columns = [f"{e:g} dB" for e in neg_ln.columns]
+st.dataframe(neg_ln)
 download.download_csv(table, f"crossmpt_{cfg.code}_curves.csv", label="Download the curves (CSV)")
 
 c3, c4 = st.columns(2)
@@ -85,7 +88,8 @@ with c3:
                                xlabel="check j", ylabel="bit i", height=420), key="mask")
 with c4:
     charts.show(charts.heatmap(res.attention, title="Last layer, bits → checks attention (one word, 4 dB)",
-                               xlabel="check j", ylabel="bit i", height=420), key="attn")
+                               xlabel="check j", ylabel="bit i", height=420, colorbar_title="weight"),
+                key="attn")
 download.download_csv(download.matrix_frame(res.attention, "bit", "check", "weight"), "crossmpt_attention.csv",
                       label="Download the attention map (CSV)")
 download.download_csv(download.matrix_frame(res.H, "check", "bit", "H"), f"crossmpt_{cfg.code}_parity_check.csv",

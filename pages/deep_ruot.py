@@ -113,7 +113,8 @@ t_view = state.bind_view(SLUG, "t_view", Int(0, 3, "Growth-field time t", help="
 left, right = st.columns(2)
 with left:
     fig = charts.heatmap(res.growth_field[t_view], title=f"g(x, t = {t_view}) (truth +γ left, −γ right)",
-                         x=res.grid, y=res.grid, xlabel="x₁", ylabel="x₂", diverging=True, reverse_y=False)
+                         x=res.grid, y=res.grid, xlabel="x₁", ylabel="x₂", diverging=True, reverse_y=False,
+                         colorbar_title="g")
     fig.add_vline(x=0, line_dash="dot", line_color="black")
     s = res.snapshots[t_view]
     fig.add_trace(go.Scatter(x=s[:, 0], y=s[:, 1], mode="markers", marker=dict(size=3, color="black"),
@@ -171,6 +172,7 @@ for name, T in res.transitions.items():
     fig.add_trace(go.Bar(x=labels, y=np.asarray(T).ravel(), name=name))
 charts.themed(fig, "Share of final mass by start and end cluster (B → A is a false transition)", 380,
               barmode="group")
+fig.update_yaxes(title="share of final mass")
 charts.show(fig, key="trans")
 st.caption(f"POT's static unbalanced plan from t₀ straight to t₃ sends {m['false_pot_uot_t3']:.2f} of the "
            "mass from B to A: its marginal penalty (reg_m = 1) is soft, and one coupling over the whole span pays "
@@ -183,7 +185,7 @@ download.download_csv(pd.DataFrame([{"model": n, **dict(zip(labels, np.asarray(T
 st.subheader("4 · Training losses")
 fig = charts.lines({k: np.arange(len(v)) for k, v in res.losses.items()}, dict(res.losses),
                    title="Losses per pass over the intervals (stage 1, 1b, then 3 if on)", xlabel="iteration",
-                   log_y=True)
+                   ylabel="loss (log scale)", log_y=True)
 charts.show(fig, key="loss")
 download.download_csv(pd.DataFrame({k: pd.Series(v) for k, v in res.losses.items()}), "deep_ruot_losses.csv")
 

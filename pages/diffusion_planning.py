@@ -238,7 +238,8 @@ with c7:
                              ylabel="success", log_x=True, mode="lines+markers", bands=bands), key="nfe")
 with c8:
     nfe_df = pd.DataFrame({"variant": names, "NFE per decision": [res.nfe[nm] for nm in names], "success": succ})
-    st.dataframe(nfe_df, hide_index=True, width="stretch")
+    st.dataframe(nfe_df, hide_index=True, width="stretch",
+                 column_config={"success": st.column_config.NumberColumn(format="%.2f")})
 download.download_csv(pd.DataFrame([{"method": k, "nfe": x, "success": y} for k, (xx, yy) in res.nfe_curves.items()
                                     for x, y in zip(xx, yy)]), "dv_success_vs_nfe.csv",
                       label="Download success vs NFE (CSV)")
@@ -251,7 +252,8 @@ if "backbone_gap" not in m:
     rec = sorted(k for k in res.unet_info if k.startswith("eval_success["))
     st.dataframe(pd.DataFrame({"variant": [k[len("eval_success["):-1] for k in rec],
                                "Transformer": [res.checkpoint_info.get(k, np.nan) for k in rec],
-                               "U-Net": [res.unet_info[k] for k in rec]}), hide_index=True)
+                               "U-Net": [res.unet_info[k] for k in rec]}), hide_index=True,
+                 column_config={c: st.column_config.NumberColumn(format="%.2f") for c in ("Transformer", "U-Net")})
 else:
     st.caption("Both denoisers were trained by the same script on the same plans, batches, noise, 8 000 steps and "
                "learning-rate schedule, and here plan the same episodes from the same initial noise, with the same "

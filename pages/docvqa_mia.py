@@ -93,7 +93,9 @@ with c2:
                             for n, (f, t) in res.roc.items()}, "mia_roc.json")
 
 st.dataframe(pd.DataFrame({"attack": list(res.auc), "AUC": list(res.auc.values()),
-                           "TPR at 1% FPR": [res.tpr_at_1fpr[n] for n in res.auc]}), hide_index=True)
+                           "TPR at 1% FPR": [res.tpr_at_1fpr[n] for n in res.auc]}), hide_index=True,
+             column_config={"AUC": st.column_config.NumberColumn(format="%.3f"),
+                            "TPR at 1% FPR": st.column_config.NumberColumn(format="%.2f")})
 
 c3, c4 = st.columns(2)
 with c3:
@@ -109,11 +111,11 @@ with c3:
         "mia_per_question_delta.csv")
 with c4:
     charts.show(charts.lines(res.q_values, {"white-box AUC": res.auc_vs_q}, title="AUC vs questions aggregated",
-                             xlabel="questions per document used", ylabel="AUC", mode="lines+markers"), key="auc_q")
+                             xlabel="questions per document used", ylabel="white-box AUC", mode="lines+markers"), key="auc_q")
     download.download_csv(pd.DataFrame({"questions": res.q_values, "auc": res.auc_vs_q}), "mia_auc_vs_q.csv")
 charts.show(charts.lines(res.epoch_values, {"white-box AUC": res.auc_vs_epochs},
                          title="AUC vs target training epochs (snapshots of the same run)", xlabel="epochs",
-                         ylabel="AUC", mode="lines+markers"), key="auc_ep")
+                         ylabel="white-box AUC", mode="lines+markers"), key="auc_ep")
 download.download_csv(pd.DataFrame({"epochs": res.epoch_values, "auc": res.auc_vs_epochs}), "mia_auc_vs_epochs.csv")
 
 st.subheader("Defences: a larger training set, weight decay, gradient noise")

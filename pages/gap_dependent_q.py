@@ -142,19 +142,33 @@ with right:
 st.subheader("Problem constants and final numbers")
 st.caption("Δ_min and the maximal conditional variance Q* come from value iteration on the true MDPs. The "
            "paper's bounds scale like poly(H)·S·A·log(SAT)/Δ_min (UCB-Advantage: with Q* replacing part of the "
-           "H-dependence); the column log(SAT)/Δ_min is that shape without constants — order of magnitude only.")
+           "H-dependence); the row log(SAT)/Δ_min is that shape without constants — order of magnitude only.")
 table = pd.DataFrame(res.table)
-st.dataframe(table.round(4), hide_index=True)  # Q* of the gap-controlled family is 0 up to float round-off
+# one column per gap, one row per quantity (twelve columns ran off the page), each row at a precision that suits
+# it; Q* of the gap-controlled family is 0 up to float round-off, which 3 decimals hide
+raw_table = table.set_index("group").T
+fmt = {"Δ_min (seed mean)": "{:.3f}", "max conditional variance Q*": "{:.3f}", "N_0": "{:.1f}", "ι": "{:.2f}",
+       "log(SAT)/Δ_min": "{:.1f}"}        # the rest (regrets, switches): whole numbers
+shown_table = pd.DataFrame({g: [fmt.get(q, "{:,.0f}").format(v) if pd.notna(v) else "–"
+                                for q, v in raw_table[g].items()] for g in raw_table.columns},
+                           index=raw_table.index)
+st.dataframe(shown_table, width="stretch", height=35 * (len(shown_table) + 1) + 3)   # every row, no inner scroll
 download.download_csv(table, "gap_q_table.csv")
 
 st.subheader(f"Where the learners still err (last 10 % of episodes, {groups[0]})")
+# one colour scale for the learners shown, topped at their largest share: a fixed 0-1 scale left shares of a few
+# percent all the same dark colour
+z_top = max([float(np.nanmax(res.subopt_visits[ai])) for ai, _ in shown
+             if np.isfinite(res.subopt_visits[ai]).any()] + [0.01])
+st.caption("Share of the visits to each state and step that took a suboptimal action; one colour scale for all "
+           f"three maps, topped at the largest share ({z_top:.1%}). Blank cells were not visited.")
 cols = st.columns(len(shown))
 for col, (ai, name) in zip(cols, shown):
     with col:
         z = res.subopt_visits[ai]
         charts.show(charts.heatmap(z, title=name, x=[f"s{i}" for i in range(z.shape[1])],
                                    y=[f"h{h + 1}" for h in range(z.shape[0])], xlabel="state", ylabel="step",
-                                   colorbar_title="suboptimal", zmin=0.0, zmax=1.0, height=300),
+                                   colorbar_title="suboptimal", zmin=0.0, zmax=z_top, height=300),
                     key=f"subopt{ai}")
 download.download_json({n: res.subopt_visits[i] for i, n in enumerate(names)}, "gap_q_suboptimal_visits.json")
 

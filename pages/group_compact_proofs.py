@@ -139,7 +139,12 @@ st.subheader("3 · Compact proof against brute force")
 table = pd.DataFrame([{"check": r["label"], "accuracy (bound)": r["bound"], "counted operations": r["flops"],
                        "brute-force ops / ops": r["speedup_ops"], "measured time [ms] (info)": 1e3 * r["seconds"],
                        "min true − certified margin": r["slack_min"]} for r in res.proofs])
-st.dataframe(table, hide_index=True)
+st.dataframe(table, hide_index=True, column_config={
+    "accuracy (bound)": st.column_config.NumberColumn(format="%.3f"),
+    "counted operations": st.column_config.NumberColumn(format="%.3e"),
+    "brute-force ops / ops": st.column_config.NumberColumn(format="%.2f×"),
+    "measured time [ms] (info)": st.column_config.NumberColumn(format="%.1f"),
+    "min true − certified margin": st.column_config.NumberColumn(format="%.2f")})
 st.caption(f"The claims use the strategy chosen in the sidebar; τ = {cfg.tau:g} keeps {int(m['n_terms'])} "
            f"(irrep, neuron) parts, leaving {m['unexplained']:.1%} of the non-trivial unembedding energy to the "
            "error term. Times are measured once on this machine and shown for information only.")
@@ -172,7 +177,8 @@ cert = res.margin_bound.ravel()
 idx = np.random.default_rng(0).choice(true_m.size, size=min(true_m.size, 4000), replace=False)
 with left:
     fig = charts.scatter(true_m[idx], cert[idx], title="Certified vs true margin per input (sample)",
-                         xlabel="true margin z[ab] − max z[c≠ab]", ylabel="certified lower bound", size=4)
+                         xlabel="true margin z[ab] − max z[c≠ab]", ylabel="certified lower bound", size=4,
+                         name="inputs")
     lo, hi = float(min(true_m.min(), cert.min())), float(true_m.max())
     fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line=dict(dash="dot")))
     fig.add_hline(y=0, line_color="black", line_width=1)
@@ -182,6 +188,8 @@ with right:
     fig.add_trace(go.Histogram(x=true_m, name="true margin", opacity=0.6, nbinsx=60))
     fig.add_trace(go.Histogram(x=cert, name="certified margin", opacity=0.6, nbinsx=60))
     charts.themed(fig, "Margins over the whole table (certified > 0 ⇒ proven correct)", 360, barmode="overlay")
+    fig.update_xaxes(title="logit margin")
+    fig.update_yaxes(title="inputs (a, b)")
     fig.add_vline(x=0, line_color="black", line_width=1)
     charts.show(fig, key="hist")
 download.download_csv(pd.DataFrame({"a": np.arange(res.order).repeat(res.order),
@@ -191,7 +199,7 @@ download.download_json({"proofs": res.proofs, "metrics": m, "config": state.conf
 
 st.subheader("4 · Training loss")
 fig = charts.lines(np.arange(len(res.loss)) * 10, {"cross-entropy": res.loss}, title="Full-batch training loss",
-                   xlabel="step", log_y=True, height=300)
+                   xlabel="step", ylabel="cross-entropy (log scale)", log_y=True, height=300)
 charts.show(fig, key="loss")
 download.download_csv(pd.DataFrame({"step": np.arange(len(res.loss)) * 10, "loss": res.loss}), "loss.csv")
 

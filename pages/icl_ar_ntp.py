@@ -147,7 +147,7 @@ if not live:
     fig.add_trace(go.Scatter(x=[ks.min(), ks.max()], y=[eng.CLIP] * 2, name=f"clip level C = {eng.CLIP:g}",
                              mode="lines", line=dict(color="gray", dash="dashdot")))
     fig.update_xaxes(type="log", title="K topics")
-    fig.update_yaxes(type="log", title="gap / bound (per-dimension MSE, log scale)")
+    fig.update_yaxes(type="log", title="gap / bound (per-dimension MSE, log scale)", dtick=1)  # decades only
     charts.show(charts.themed(fig, height=400), key="icl-bound")
     m = res.metrics
     holds = "lies above every measured gap" if m["bound_margin_min"] >= 0 else "is BELOW a measured gap (a failure)"
@@ -190,7 +190,7 @@ else:
             icon=":material/science:")
 
 # --- 5. training loss ----------------------------------------------------------------------------
-st.subheader("Training loss (next-token MSE on the pre-training set)")
+st.subheader(f"Training loss of the K = {res.K} model (next-token MSE on its pre-training set)")
 charts.show(charts.lines(res.loss_steps, {"training loss": res.loss}, xlabel="step", ylabel="MSE / dim",
                          log_y=True), key="icl-loss")
 download.download_csv(pd.DataFrame({"step": res.loss_steps, "loss": res.loss}), "training_loss.csv")

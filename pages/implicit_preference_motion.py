@@ -105,8 +105,9 @@ for i in range(K):
 charts.themed(fig, "Grey: the scene's expert log; green: preferred; orange: rejected; blue: in no pair", 200 * rows + 60,
               showlegend=False, shapes=road(K))
 charts.show(fig, key="ranked")
-st.caption(f"Negative control for claim 3: scored against a *different* scene's expert log, the distance still "
-           f"prefers the clean rollout in {m['agreement_control']:.0%} of mixed pairs (vs {m['agreement']:.0%} "
+st.caption("Negative control for the last claim (the distance prefers the clean rollout): scored against a "
+           f"*different* scene's expert log, the distance still prefers the clean rollout in "
+           f"{m['agreement_control']:.0%} of mixed pairs (vs {m['agreement']:.0%} "
            "with the scene's own log)."
            + (" Since another scene's log does nearly as well, the collision / off-road occupancy features, which "
               "any expert log lacks, carry most of that agreement; the scene-specific part of the distance mainly "
@@ -154,7 +155,8 @@ with left:
         fig = charts.lines({k: np.arange(1, len(v) + 1) for k, v in res.loss_curves.items()},
                            {k: pd.Series(v).rolling(10, min_periods=1).mean().to_numpy()
                             for k, v in res.loss_curves.items()},
-                           title="DPO loss (rolling mean of 10; log 2 at the start)", xlabel="step")
+                           title="DPO loss (rolling mean of 10; log 2 at the start)", xlabel="step", ylabel="DPO loss")
+        fig.for_each_trace(lambda t: t.update(line_color=COL.get(t.name, t.line.color)))  # the page's colours
         charts.show(fig, key="loss")
         download.download_csv(pd.DataFrame({k: pd.Series(v) for k, v in res.loss_curves.items()}),
                               "ipm_dpo_loss.csv", key="dl_loss")
@@ -162,7 +164,9 @@ with left:
         st.caption("0 DPO steps: the aligned policy is the reference.")
 with right:
     fig = charts.lines(res.curve_steps, res.curve_omf, title="Held-out OMF distance during DPO (16 scenes)",
-                       xlabel="DPO step", mode="lines+markers")
+                       xlabel="DPO step", ylabel="OMF distance", mode="lines+markers")
+    fig.for_each_trace(lambda t: t.update(line_color=COL.get(t.name, t.line.color),
+                                          marker_color=COL.get(t.name, t.marker.color)))
     charts.show(fig, key="curve")
 download.download_csv(pd.DataFrame({"step": res.curve_steps, **{k: v for k, v in res.curve_omf.items()}}),
                       "ipm_dpo_curve.csv", key="dl_curve")

@@ -68,9 +68,9 @@ download.download_csv(table, "inference_set_design_rounds.csv", label="Download 
 
 c1, c2 = st.columns(2)
 with c1:
-    charts.show(charts.lines({"active: hidden": act.frac, "random: hidden": rnd.frac,
+    charts.show(charts.lines({"active: inference set": act.frac, "random: inference set": rnd.frac,
                               "active: test": act.frac, "random: test": rnd.frac},
-                             {"active: hidden": act.hidden_acc, "random: hidden": rnd.hidden_acc,
+                             {"active: inference set": act.hidden_acc, "random: inference set": rnd.hidden_acc,
                               "active: test": act.test_acc, "random: test": rnd.test_acc},
                              title="Accuracy on the inference set vs on a held-out test set",
                              xlabel="fraction of the pool labelled", ylabel="accuracy", mode="lines+markers"),

@@ -55,7 +55,8 @@ ylab = [f"sample {i + 1}" for i in range(res.detail_samples.shape[0])] + [" ", "
 hm = go.Figure(go.Heatmap(z=z, x=[f"fact {i + 1}" for i in range(F)], y=ylab, text=text, texttemplate="%{text}",
                           colorscale=[[0, "#e4572e"], [1, "#29a36a"]], zmin=0, zmax=1, showscale=False))
 hm.update_yaxes(autorange="reversed")
-charts.show(charts.themed(hm, "Sampled answers (value index; green = correct) and the ID answer",
+charts.show(charts.themed(hm, "Sampled answers (value index; green = correct), the ID answer and whether "
+                          "greedy's was correct",
                           height=160 + 22 * len(ylab)), key="detail_grid")
 download.download_csv(pd.DataFrame([{"row": ylab[r], "fact": j + 1, "value_index": text[r, j], "correct": z[r, j]}
                                     for r in range(len(ylab)) if ylab[r].strip() for j in range(F)]),
@@ -75,9 +76,10 @@ download.download_csv(pd.DataFrame(rows), "id_detail_scores.csv")
 c1, c2 = st.columns(2)
 with c1:
     h = dict(sorted(res.integration_hist.items()))
-    charts.show(charts.bars([str(a) for a in h], list(h.values()),
-                            title="ID(4) correct facts − best of its 4 inputs", ylabel="entities",
-                            text_fmt="d"), key="hist")
+    hist_fig = charts.bars([str(a) for a in h], list(h.values()),
+                           title="ID(4) correct facts − best of its 4 inputs", ylabel="entities", text_fmt="d")
+    hist_fig.update_xaxes(title="ID(4) − best input")
+    charts.show(hist_fig, key="hist")
     download.download_csv(pd.DataFrame({"difference": list(h), "entities": list(h.values())}),
                           "id_integration_hist.csv")
 with c2:

@@ -78,9 +78,11 @@ for tab, kind in zip(tabs, res.kinds):
                                  xlabel="perturbation strength", ylabel="MMD² over snapshots",
                                  mode="lines+markers"), key=f"snap-{kind}")
 
-charts.show(charts.heatmap(res.rho_table, x=list(res.kinds), y=res.rho_names, zmin=-1, zmax=1,
-                           title="Does each metric rise with the perturbation? Spearman ρ(strength, metric)",
-                           colorbar_title="ρ", height=330), key="rho")
+rho_fig = charts.heatmap(res.rho_table, x=list(res.kinds), y=res.rho_names, zmin=-1, zmax=1, diverging=True,
+                         title="Does each metric rise with the perturbation? Spearman ρ(strength, metric)",
+                         colorbar_title="ρ", height=330)
+rho_fig.update_traces(texttemplate="%{z:.2f}")   # the value in each cell: a flat metric (ρ = 0) reads as white
+charts.show(rho_fig, key="rho")
 download.download_csv(pd.DataFrame(res.rho_table, index=res.rho_names, columns=list(res.kinds))
                       .rename_axis("metric").reset_index(), "jl_metric_spearman.csv", key="dl-jl-spearman")
 st.caption("ρ = 0 marks a metric that stays flat. Read off which single number tracks every kind of damage; on "

@@ -50,7 +50,7 @@ with c1:
     download.download_csv(pd.DataFrame({"shots": res.shots, **res.mse_vs_shots}), "lift_mse_vs_shots.csv")
 with c2:
     fig = charts.lines(res.trace_iter, {"spread √mean(θᵢ − φ)²": res.trace_spread},
-                       title="Sampler trace (negative iterations = warm-up)", xlabel="iteration", ylabel="spread")
+                       title="Sampler trace (negative iterations = warm-up; shaded: burn-in)", xlabel="iteration", ylabel="spread")
     fig.add_trace(go.Scatter(x=res.trace_iter, y=res.trace_loglik, name="mean training log-lik", yaxis="y2",
                              line=dict(color=charts.COLORS[1])))
     fig.update_layout(yaxis2=dict(overlaying="y", side="right", title="log-likelihood",

@@ -38,7 +38,11 @@ layout.claims_panel(eng.claims(res))
 names = {m: eng.METHOD_LABELS[m] for m in eng.METHODS}
 COLOR = dict(zip(eng.METHODS, charts.COLORS))   # one colour per method on every chart of the page
 ys = {f"{names[m]} (lr {res.best_lr[m]:g})": res.loss[m] for m in eng.METHODS}
-if np.isfinite(res.floor):
+# a floor at float round-off (target of rank ≤ r: the floor is 0) would stretch the log axis by ten decades and
+# squeeze the three curves into its top; it is then named in the caption instead of drawn
+lowest_loss = float(np.nanmin([np.nanmin(v) for v in res.loss.values()]))
+floor_drawn = bool(np.isfinite(res.floor) and res.floor > 1e-9 * lowest_loss)
+if floor_drawn:
     ys[f"rank-{cfg.rank} floor"] = np.full(len(res.steps), max(res.floor, 1e-300))
 model_name = "MLP" if res.model == "mlp" else "linear layer"
 
@@ -49,13 +53,16 @@ def full_under_lorapro(fig):
     fig.update_traces(selector=2, line_dash="dash")
     if len(fig.data) > 3:
         fig.update_traces(selector=3, line_dash="dot")   # the rank-r floor
+    fig.update_yaxes(exponentformat="power", dtick=1)   # decades as 10ⁿ, not SI "1p" (pico) or stray 2s and 5s
     return fig
 
 
 charts.show(full_under_lorapro(charts.lines(res.steps, ys, xlabel="step", ylabel="loss", log_y=True,
                                             title=f"Training loss at each method's best learning rate ({model_name})")),
             key="loss")
-st.caption("Full fine-tuning is the wide pale line: where LoRA-Pro (dashed) coincides with it, it runs inside it.")
+st.caption("Full fine-tuning is the wide pale line: where LoRA-Pro (dashed) coincides with it, it runs inside it."
+           + (f" The rank-{cfg.rank} floor is {res.floor:.1e}, zero up to round-off (the target has rank ≤ "
+              f"{cfg.rank}), so it is not drawn." if np.isfinite(res.floor) and not floor_drawn else ""))
 download.download_csv(pd.DataFrame({"step": res.steps, **{m: res.loss[m] for m in eng.METHODS},
                                     "floor": res.floor}), "lora_pro_loss.csv")
 
@@ -63,6 +70,7 @@ t = np.arange(len(res.err["lora"]))
 fig = charts.lines(t, {"LoRA": res.err["lora"], "LoRA-Pro": res.err["lorapro"]},
                    title="Distance of the equivalent gradient from the full gradient, ‖g̃ − g‖ / ‖g‖",
                    xlabel="step", ylabel="relative error", log_y=True)
+fig.update_yaxes(exponentformat="power")
 for tr, m in zip(fig.data, ("lora", "lorapro")):
     tr.line.color = COLOR[m]
 charts.show(fig, key="err")
@@ -82,7 +90,7 @@ if len(res.plane):
                              line=dict(color="#999999", dash="dot", width=1),
                              name="circle on 0–g: where any orthogonal projection of g lies"))
     for (x_, y_), lab, col in (((1.0, 0.0), "g (full gradient)", "#444444"), ((px_, py_), "g̃ LoRA-Pro", COLOR["lorapro"]),
-                               ((lx_, ly_), f"g̃ LoRA, in-plane part ({lx_:.2g}, {ly_:.2g}); {lout:.2g} lies outside",
+                               ((lx_, ly_), f"g̃ LoRA: in-plane part to ({lx_:.2g}, {ly_:.2g}), plus {lout:.2g} out of the plane",
                                 COLOR["lora"])):
         wide = lab.startswith("g (")          # g wide and pale underneath: g̃_pro usually runs along it
         fig.add_trace(go.Scatter(x=[0, x_], y=[0, y_], mode="lines+markers", name=lab, opacity=0.45 if wide else 1,
@@ -107,6 +115,7 @@ if res.model == "mlp" and res.layer_err:
            for i in range(nl)}
     fig = charts.lines(t, per, title="Per-layer gradient error ‖g̃ₗ − gₗ‖ / ‖gₗ‖ (each adapter adjusted on its own)",
                        xlabel="step", ylabel="relative error", log_y=True)
+    fig.update_yaxes(exponentformat="power")
     for j, tr in enumerate(fig.data):   # colour = method, as on the rest of the page; dash = layer
         tr.line.color = COLOR["lora" if j < nl else "lorapro"]
         tr.line.dash = ("solid", "dash", "dot", "dashdot")[j % nl % 4]

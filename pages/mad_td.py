@@ -115,6 +115,7 @@ if mode in ("both", "evaluation"):
     med = fin.groupby("variant", sort=False)["final RMSE"].median()
     fig = charts.bars(list(med.index), list(med.values), title="Final on-policy RMSE: median over seeds (bars), each seed "
                       "(dots)", ylabel="RMSE", colors=charts.COLORS[:len(med)])
+    fig.data[0].showlegend = False       # the bars are named on the x axis; an unnamed legend entry read "trace 0"
     fig.add_trace(go.Scatter(x=fin["variant"], y=fin["final RMSE"], mode="markers", name="seeds", showlegend=False,
                              marker=dict(color="#222222", size=7, symbol="circle-open")))
     charts.show(fig, key="final")
@@ -128,7 +129,10 @@ if mode in ("both", "actor-critic"):
             (c2, res.regret, "Regret of the current actor (J* − J(K_t))/|J*|", "regret", "regret")):
         with col:
             finite = {k: np.where(np.isfinite(v), v, np.nan) for k, v in data.items()}   # gaps: actor unstable
-            charts.show(per_seed_lines(res.steps, finite, title, ytitle, 360, log=key == "regret"), key=key)
+            fig = per_seed_lines(res.steps, finite, title, ytitle, 360, log=key == "regret")
+            if key == "regret":      # regret spans several decades: label the decades only, not plotly's stray 2s and 5s
+                fig.update_yaxes(dtick=1)
+            charts.show(fig, key=key)
     c3, c4 = st.columns(2)
     with c3:
         charts.show(per_seed_lines(res.steps, res.align, "Cosine(critic's policy gradient, true policy gradient)",

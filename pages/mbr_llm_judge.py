@@ -40,7 +40,8 @@ res = run_or_stop("engine.mbr_llm_judge", cfg, label="Decoding and self-training
 layout.claims_panel(eng.claims(res))
 
 vals = [res.q_methods[m] for m in res.methods]
-charts.show(charts.bars(res.methods, vals, title=f"True quality on test prompts (N = {cfg.n_candidates})",
+# the long method name ran into its neighbours' labels under the bars: break it before its parenthesis
+charts.show(charts.bars([m.replace(" (", "<br>(") for m in res.methods], vals, title=f"True quality on test prompts (N = {cfg.n_candidates})",
                         ylabel="share of correct rubric items"), key="bars")
 st.caption(f"MBR lexical uses sacrebleu's sentence-level {res.lexical_metric} on the first "
            f"{int(res.metrics['n_lexical_prompts'])} test prompts (the judge scores "
@@ -50,7 +51,10 @@ download.download_csv(pd.DataFrame({"method": res.methods, "quality": vals}), "m
 
 c1, c2 = st.columns(2)
 with c1:
-    fig = charts.lines(res.n_values, res.q_vs_n, title="Quality vs number of candidates", xlabel="N",
+    # MBR judge last, so each method keeps its colour in this chart and the p_know chart beside it
+    by_n = {k: v for k, v in res.q_vs_n.items() if k != "MBR judge"} | {k: v for k, v in res.q_vs_n.items()
+                                                                         if k == "MBR judge"}
+    fig = charts.lines(res.n_values, by_n, title="Quality vs number of candidates", xlabel="N",
                        ylabel="quality", log_x=True, mode="lines+markers")
     fig.update_xaxes(tickvals=list(res.n_values), ticktext=[str(v) for v in res.n_values])
     charts.show(fig, key="vs_n")

@@ -76,6 +76,10 @@ for col, key, title, ylabel in ((left, "G", "Overall generalisation error G_t", 
                                 (right, "F", "Forgetting F_t", "mean |eᵢ(t) − eᵢ(i)|")):
     # a log axis cannot show 0 (F_1 = 0: no earlier task yet), so rounds where a drawn value is 0 are left off
     keep = (res.quartiles[key][list(main)] > 0).all(axis=(0, 1))
+    if key == "G":
+        # G_1 is near 0 (a single task, fitted almost exactly): on a log axis it stretched the scale over five
+        # decades and squeezed every later round into the top band
+        keep &= rounds > 1
     q = res.quartiles[key][:, :, keep]
     ys = {names[v]: q[v, 1] for v in main}
     bands = {names[v]: (q[v, 0], q[v, 2]) for v in main}
@@ -88,7 +92,8 @@ for col, key, title, ylabel in ((left, "G", "Overall generalisation error G_t", 
         charts.show(fig, key=f"curve-{key}")
 st.caption("Lines: median over seeds; shaded: inter-quartile range. A round where a drawn value is 0 is left off, "
            "since a log axis cannot show 0: always F₁ (no earlier task yet), so forgetting starts at the second "
-           "recorded round. The CSV below has every round.")
+           "recorded round. G₁ (a single task, fitted almost exactly) is left off too, so that the scale shows the "
+           "later rounds. The CSV below has every round.")
 curve_df = pd.DataFrame({"round": rounds})
 for key in ("G", "F"):
     for v in main:

@@ -74,7 +74,7 @@ download.download_csv(pd.DataFrame([{"method": mth, **res.scores[mth]} for mth i
 if res.views_example:
     ex = res.views_example
     imgs = list(ex["view1"]) + list(ex["view2"])
-    titles = [f"view 1 · {c}" for c in ex["labels"]] + [f"view 2 · {c}" for c in ex["labels"]]
+    titles = [f"view 1 · class {c}" for c in ex["labels"]] + [f"view 2 · class {c}" for c in ex["labels"]]
     charts.show(charts.image_grid(imgs, titles, cols=len(ex["labels"]), diverging=False,
                                   title="The two views of a few samples"), key="views")
     download.download_json({"view1": ex["view1"], "view2": ex["view2"], "labels": ex["labels"]},
@@ -82,12 +82,13 @@ if res.views_example:
 
 left, right = st.columns(2)
 y = res.labels
-with left:
-    charts.show(charts.scatter(res.embed2d_raw[:, 0], res.embed2d_raw[:, 1], color=y, colorscale="Turbo",
-                               title="Both raw views (PCA), coloured by true class", size=5), key="raw")
-with right:
-    charts.show(charts.scatter(res.embed2d[:, 0], res.embed2d[:, 1], color=y, colorscale="Turbo",
-                               title="COPER's fused embedding (PCA), coloured by true class", size=5), key="emb")
+for col, xy, title, key in ((left, res.embed2d_raw, "Both raw views (PCA), coloured by true class", "raw"),
+                            (right, res.embed2d, "COPER's fused embedding (PCA), coloured by true class", "emb")):
+    fig = charts.scatter(xy[:, 0], xy[:, 1], color=y, colorscale="Turbo", title=title, size=5,
+                         xlabel="PC 1", ylabel="PC 2")
+    fig.update_traces(marker_colorbar=dict(title="class", dtick=1))   # the colour is a class index, not a quantity
+    with col:
+        charts.show(fig, key=key)
 download.download_csv(pd.DataFrame({"class": y, "coper_cluster": res.pred, "raw_pc1": res.embed2d_raw[:, 0],
                                     "raw_pc2": res.embed2d_raw[:, 1], "coper_pc1": res.embed2d[:, 0],
                                     "coper_pc2": res.embed2d[:, 1]}), "coper_embeddings.csv")

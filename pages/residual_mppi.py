@@ -84,7 +84,7 @@ with left:
 with right:
     table = pd.DataFrame(res.summary)
     for i, col in enumerate(("basic return", "add-on cost", "final distance to goal")):
-        charts.show(charts.bars(table["variant"], table[col], title=col, height=250,
+        charts.show(charts.bars(table["variant"], table[col], title=col[0].upper() + col[1:], height=250,
                                 colors=charts.COLORS[:len(table)]), key=f"bar{i}")
     download.download_csv(table, "residual_mppi_summary.csv")
 

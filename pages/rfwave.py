@@ -61,7 +61,7 @@ m = res.metrics
 not_reproduced = [c for c in claims if not c.passed and c.label not in eng.TIMING_CLAIM_LABELS]
 if not_reproduced:
     st.info(
-        "**Not reproduced at this scale** — " + "; ".join(c.describe() for c in not_reproduced) + ". "
+        "**Not reproduced at this scale** — " + "; ".join(layout.plain(c.describe()) for c in not_reproduced) + ". "
         f"Measured LSD (mean over {cfg.n_eval} clip(s)): RFWave N = 10 {m['lsd_n10']:.2f} dB, N = 50 "
         f"{m['lsd_n50']:.2f} dB, random phase {m['lsd_random_phase']:.2f} dB, Griffin-Lim (10 it.) "
         f"{m['lsd_gl10']:.2f} dB; N = 4 straightness {m['lsd_straight4']:.2f} vs uniform "

@@ -158,15 +158,22 @@ land = [(i, j) for i in range(R) for j in range(C) if not res.water[i, j]]
 cell = st.selectbox("Cell for the steps-to-cost histogram (row, column)", land, index=0,
                     format_func=lambda c: f"row {c[0]}, col {c[1]}", key="srpl_cell")
 K = res.pred_dist.shape[-1]
-bins = [f"{k * cfg.bin_size + 1}–{min((k + 1) * cfg.bin_size, cfg.horizon)}" for k in range(K)]
-bins[-1] += "+"
+
+
+def _bin_label(k: int) -> str:
+    """'3' for a one-step bin, '3–4' for a wider one; the last bin also holds 'no cost within H_s': '≥ lo'."""
+    lo, hi = k * cfg.bin_size + 1, min((k + 1) * cfg.bin_size, cfg.horizon)
+    return f"≥ {lo}" if k == K - 1 else (str(lo) if lo == hi else f"{lo}–{hi}")
+
+
+bins = [_bin_label(k) for k in range(K)]
 fig = go.Figure([go.Bar(x=bins, y=res.pred_dist[cell], name="S2C prediction"),
                  go.Bar(x=bins, y=res.exact_dist[cell], name="exact")])
 charts.show(charts.themed(fig, f"Steps to the next cost from row {cell[0]}, col {cell[1]} "
                                f"(visited {int(res.visits[cell])} times)", 320,
                           xaxis_title="steps δ (bin)", yaxis_title="probability"), key="hist")
 charts.show(charts.bars(bins, res.label_hist, title="Labels in the S2C buffer (plain maximum likelihood, no "
-                        "reweighting)", ylabel="count"), key="labels")
+                        "reweighting)", ylabel="count", text_fmt=",.0f"), key="labels")
 rows = [{"row": i, "col": j, "bin": bins[k], "pred": res.pred_dist[i, j, k], "exact": res.exact_dist[i, j, k]}
         for i, j in land for k in range(K)]
 download.download_csv(pd.DataFrame(rows), "steps_to_cost.csv", key="dl_s2c")

@@ -152,7 +152,8 @@ c5, c6 = st.columns(2)
 with c5:
     names = list(res.param_counts)
     charts.show(charts.bars([eng.LABELS[n] for n in names], [res.param_counts[n] for n in names],
-                            title="Parameters (encoder included, 5 columns)", ylabel="parameters"), key="params")
+                            title="Parameters (encoder included, 5 columns)", ylabel="parameters",
+                            text_fmt=",.0f"), key="params")
     download.download_csv(pd.DataFrame({"arch": names, "params": [res.param_counts[n] for n in names]}),
                           "softmoe_params.csv")
 masks = {k: v for k, v in (("rl", res.masking_rl), ("regression", res.masking)) if v is not None}
@@ -254,7 +255,8 @@ if lv["mode"] == "rl":
         "one seed.")
 else:
     charts.show(charts.lines(lv["step"], {"held-out MSE": lv["test_mse"], "greedy success": lv["success"]},
-                             title=f"One seed, {cfg.columns} columns, {lv['params']} parameters", xlabel="step"),
+                             title=f"One seed, {cfg.columns} columns, {lv['params']} parameters", xlabel="step",
+                             ylabel="MSE to Q* / share of starts caught"),
                 key="live")
     download.download_csv(pd.DataFrame({"step": lv["step"], "test_mse": lv["test_mse"], "success": lv["success"]}),
                           "softmoe_live.csv")

@@ -87,6 +87,7 @@ with left:
                              line=dict(color="black", dash="dot")))
     charts.themed(fig, "Per-row scores: share of agreeing bit pairs", 360, barmode="overlay")
     fig.update_xaxes(title="row score")
+    fig.update_yaxes(title="probability density")
     charts.show(fig, key="rowscores")
     download.download_csv(pd.DataFrame({"watermarked": pd.Series(res.scores_wm), "clean": pd.Series(res.scores_plain)}),
                           "tabwak_row_scores.csv")
@@ -101,6 +102,7 @@ with right:
     charts.themed(fig, f"Table z-scores over 100 random tables of {int(m['n_rows_used'])} rows", 360,
                   barmode="overlay")
     fig.update_xaxes(title="z")
+    fig.update_yaxes(title="tables")
     charts.show(fig, key="tablez")
     download.download_csv(pd.DataFrame({"z_watermarked": res.z_wm, "z_clean": res.z_plain}), "tabwak_table_z.csv")
 

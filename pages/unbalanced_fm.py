@@ -130,6 +130,7 @@ fig.add_trace(go.Bar(x=[f"mode {k + 1}" for k in range(len(res.w1))], y=res.w1, 
 for name in names:
     fig.add_trace(go.Bar(x=[f"mode {k + 1}" for k in range(len(res.w1))], y=res.mode_hist[name], name=name))
 charts.themed(fig, "Share of outputs nearest to each target mode", 340, barmode="group")
+fig.update_yaxes(title="share of outputs")
 charts.show(fig, key="modes")
 download.download_csv(pd.DataFrame({"mode": np.arange(1, len(res.w1) + 1), "target": res.w1,
                                     **{n: res.mode_hist[n] for n in names},
@@ -159,7 +160,8 @@ download.download_json({"standard": res.traj_standard, "unbalanced": res.traj_un
 
 fig = charts.lines({k: np.arange(len(v)) for k, v in res.losses.items()},
                    {k: pd.Series(v).rolling(20, min_periods=1).mean().to_numpy() for k, v in res.losses.items()},
-                   title="Training loss (rolling mean of 20)", xlabel="step", log_y=True)
+                   title="Training loss (rolling mean of 20)", xlabel="step", ylabel="mean ‖v − (x₁ − x₀)‖²",
+                   log_y=True)
 charts.show(fig, key="loss")
 download.download_csv(pd.DataFrame({k: pd.Series(v) for k, v in res.losses.items()}), "ufm_losses.csv")
 

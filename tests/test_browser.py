@@ -323,7 +323,7 @@ def test_shared_url_sets_widgets(server, driver):
     driver.get(f"{base}/bilinear_mlp?class_idx=7&k_keep=5&truncation=bottom&epochs=20")
     _wait_rendered(driver, PAGE_TIMEOUT)
     body = driver.find_element(By.TAG_NAME, "body").text
-    assert "Eigenvectors of Q(e_7)" in body
+    assert "Eigenvectors of Q(e₇)" in body
     sliders = {s.find_element(By.CSS_SELECTOR, "label").text.strip():
                s.find_element(By.CSS_SELECTOR, "[data-testid='stSliderThumbValue']").text.strip()
                for s in driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSlider']")}

@@ -488,6 +488,35 @@ def test_literal_escapes_what_markdown_would_read(name):
     assert all(len(t) == 2 or not re.fullmatch(r"[\\`*_{}\[\]()#+\-.!|<>~$]", t) for t in tokens)
 
 
+@given(st.text(alphabet="ab c*~$`_()=.,:/−≥³", max_size=60))
+def test_claim_text_reads_as_written(text):
+    """Claims use *, _, ~ and $ as plain symbols (c*, e_pro, ~n³): layout.plain escapes exactly those (and ` and \\), so
+    the bold statement renders with no emphasis, strike-through or code inside it, and reads as the engine wrote it."""
+    import re
+
+    from markdown_it import MarkdownIt
+
+    from components.layout import plain
+
+    out = plain(text)
+    tokens = re.findall(r"\\.|.", out, flags=re.S)
+    assert "".join(t[-1] for t in tokens) == text
+    assert all(len(t) == 2 or t not in "*_~$`\\" for t in tokens)
+    html = MarkdownIt("commonmark").enable("strikethrough").render(f"**{out}**" if text.strip() == text else out)
+    assert not re.search(r"<(em|s|code)>", html)
+
+
+def test_claim_with_starred_symbols_renders_bold_only():
+    """CalNF's 'c* selects … c* moves' once rendered as italics with the stars eaten."""
+    from markdown_it import MarkdownIt
+
+    from components.layout import plain
+
+    text = "…and the calibrated label c* selects a model; c* moves (dense: ~n³)"
+    html = MarkdownIt("commonmark").render(f"**{plain(text)}**")
+    assert html.strip() == f"<p><strong>{text}</strong></p>"
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Widget specs: the exact edges of what a link may hold
 
