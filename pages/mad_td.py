@@ -162,7 +162,10 @@ if mode in ("both", "actor-critic"):
          "slope RMS error (2nd half)": float(res.late_slope[k][0][s]),
          "true slope RMS (2nd half)": float(res.late_slope[k][1][s])}
         for k in res.late_over for s in range(len(res.late_over[k]))])
-    st.dataframe(per_seed, hide_index=True)
+    st.dataframe(per_seed, hide_index=True,
+                 column_config={c: st.column_config.NumberColumn(format="%.3g") for c in per_seed.columns[2:]})
+    st.caption("Infinity: the actor was unstable (its gain left the stable region) at one or more checkpoints of "
+               "that seed's second half; an empty slope cell: unstable at all of them.")
     download.download_csv(per_seed, "mad_td_actor_critic_per_seed.csv")
     ac_rows = {"env_step": res.steps}
     for key in res.over:
