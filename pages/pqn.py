@@ -73,6 +73,10 @@ with left:
     charts.themed(fig, "Final max|V| per seed (non-finite drawn at 1e30)", 380)
     fig.update_yaxes(type="log", title="final max |V|", exponentformat="power")
     charts.show(fig, key="final")
+    # diverged seeds pile up on one marker at 1e30: say how many there are
+    st.caption("Seeds that diverged (max|V| above the dotted line, or non-finite, at some step): " + ", ".join(
+        f"{eng.LABELS[v]} {round(res.metrics[f'{v}_diverged_frac'] * len(res.final_maxv[v]))} of "
+        f"{len(res.final_maxv[v])}" for v in eng.VARIANTS) + ".")
     download.download_csv(pd.DataFrame({v: res.final_maxv[v] for v in eng.VARIANTS}), "pqn_baird_final.csv")
 with right:
     fig = go.Figure()
