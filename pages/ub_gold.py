@@ -42,9 +42,12 @@ for tab, (metric, Z) in zip(st.tabs(["AUROC", "AUPRC", "FPR95"]),
                              [("AUROC", res.auroc), ("AUPRC", res.auprc), ("FPR95", res.fpr95)]):
     with tab:
         better = " (lower is better)" if metric == "FPR95" else " (higher is better)"
-        charts.show(charts.heatmap(Z, x=list(eng.SCENARIOS), y=list(eng.METHODS), zmin=0, zmax=1,
-                                   title=f"{metric}: detectors × scenarios{better}", colorbar_title=metric,
-                                   height=330), key=f"table-heat-{metric}")
+        # AUROC on a diverging scale around chance (0.5), so a detector worse than a coin reads as such
+        fig = charts.heatmap(Z, x=list(eng.SCENARIOS), y=list(eng.METHODS), zmin=0, zmax=1,
+                             diverging=metric == "AUROC", zmid=0.5 if metric == "AUROC" else None,
+                             title=f"{metric}: detectors × scenarios{better}", colorbar_title=metric, height=330)
+        fig.update_traces(texttemplate="%{z:.2f}")
+        charts.show(fig, key=f"table-heat-{metric}")
 rows = []
 for i, mth in enumerate(eng.METHODS):
     for j, sc in enumerate(eng.SCENARIOS):
