@@ -88,7 +88,7 @@ if len(res.grid_images):
     # compact titles: eight images side by side leave about 50 px each on a phone
     titles = [f"{int(lab)}/{int(p)} {c:.2f}".replace(" 0.", " .") for lab, p, c in
               zip(res.grid_labels, res.grid_preds, res.grid_conf)]
-    charts.show(charts.image_grid(list(res.grid_images), titles, cols=8, diverging=False), key="grid")
+    charts.show(charts.image_grid(list(res.grid_images), titles, cols=8, diverging=False, height_per_row=140), key="grid")
     download.download_json({"images": res.grid_images, "labels": res.grid_labels, "preds": res.grid_preds,
                             "confidence": res.grid_conf}, "least_confident_round2.json",
                            label="Download the image grid (JSON)")
