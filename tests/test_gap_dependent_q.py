@@ -17,6 +17,11 @@ REGRET_COMPARISON = ("UCB-Advantage has lower regret than UCB-Hoeffding",
                      "Q-EarlySettled-Advantage has lower regret than UCB-Hoeffding")
 
 
+def _next_state(p, u):
+    """Inverse-CDF draw of the next state from the row p with the uniform u (the loop references' sampler)."""
+    return min(int(np.sum(np.cumsum(p)[:-1] <= u)), len(p) - 1)
+
+
 def test_claims_pass_at_default(default_result):
     claims = eng.claims(default_result)
     assert len(claims) == 10
@@ -310,7 +315,7 @@ def _loop_ucb_hoeffding(P, R, K, c, iota, U):
             s = 0
             for h in range(H):
                 a = int(pis[k, b, h, s])
-                s2 = min(int(np.sum(np.cumsum(P[b, h, s, a])[:-1] <= U[k, h, b])), S - 1)
+                s2 = _next_state(P[b, h, s, a], U[k, h, b])
                 n[h, s, a] += 1
                 t = n[h, s, a]
                 alpha = (H + 1) / (H + t)
@@ -528,7 +533,7 @@ def _loop_q_earlysettled(P, R, K, c, iota, U):
             s = 0
             for h in range(H):
                 a = int(pis[k, b, h, s])
-                s2 = min(int(np.sum(np.cumsum(P[b, h, s, a])[:-1] <= U[k, h, b])), S - 1)
+                s2 = _next_state(P[b, h, s, a], U[k, h, b])
                 r = R[b, h, s, a]
                 n[h, s, a] += 1
                 t = n[h, s, a]

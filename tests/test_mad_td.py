@@ -401,6 +401,12 @@ def test_model_rows_at_the_buffer_action_lose_the_effect(default_result, monkeyp
     assert 0.7 < m["ratio_real_mad"] < 1.3 < intact
 
 
+def _true_grad(s, K, gamma):
+    """The exact DPG gradient of the true Q^K (zero for an unstable K): a stand-in for the critic's."""
+    P, ok = eng.policy_value_matrices(K, gamma)
+    return eng.true_actor_grad(s, K, np.where(ok[:, None, None], P, 0.0), gamma)
+
+
 def test_actor_update_climbs_the_true_q_when_given_the_true_gradient(monkeypatch):
     """The actor step descends the DPG loss -mean Q(s, -sK). Fed the exact gradient of the true Q^K instead of its
     critic's, the same Adam schedule must carry K from K_b toward the LQR optimum (scipy's Riccati solution), and the
@@ -408,8 +414,7 @@ def test_actor_update_climbs_the_true_q_when_given_the_true_gradient(monkeypatch
     cfg = eng.Config(utd=1, env_steps=200, n_seeds=2, width=16)
 
     def exact_grad(crit, s, K):
-        P, ok = eng.policy_value_matrices(K, cfg.gamma)
-        return eng.true_actor_grad(s, K, np.where(ok[:, None, None], P, 0.0), cfg.gamma)
+        return _true_grad(s, K, cfg.gamma)
 
     monkeypatch.setattr(eng, "actor_grad", exact_grad)
     out = eng.train(cfg, 1, [("real ac", 0.0, 0.0, True)], np.random.default_rng(0))
@@ -534,8 +539,7 @@ def test_alignment_is_one_when_the_actor_follows_the_true_gradient(monkeypatch):
     cfg = eng.Config(utd=1, env_steps=100, n_seeds=2, width=16)
 
     def exact_grad(crit, s, K):
-        P, ok = eng.policy_value_matrices(K, cfg.gamma)
-        return eng.true_actor_grad(s, K, np.where(ok[:, None, None], P, 0.0), cfg.gamma)
+        return _true_grad(s, K, cfg.gamma)
 
     monkeypatch.setattr(eng, "actor_grad", exact_grad)
     out = eng.train(cfg, 1, [("real ac", 0.0, 0.0, True)], np.random.default_rng(2))
@@ -551,8 +555,7 @@ def test_actor_takes_textbook_adam_steps_on_its_gradient(monkeypatch):
     grads = []
 
     def exact_grad(crit, s, K):
-        P, ok = eng.policy_value_matrices(K, cfg.gamma)
-        g = eng.true_actor_grad(s, K, np.where(ok[:, None, None], P, 0.0), cfg.gamma)
+        g = _true_grad(s, K, cfg.gamma)
         grads.append(g.copy())
         return g
 
