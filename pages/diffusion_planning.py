@@ -234,10 +234,15 @@ with c7:
     ys = {k: v[1] for k, v in res.nfe_curves.items()}
     bands = {k: (np.clip(y - np.sqrt(y * (1 - y) / cfg.episodes), 0, 1), np.clip(y + np.sqrt(y * (1 - y) / cfg.episodes), 0, 1))
              for k, y in ys.items()}
-    charts.show(charts.lines(xs, ys, title="Success vs denoiser passes per decision", xlabel="NFE per decision",
-                             ylabel="success", log_x=True, mode="lines+markers", bands=bands), key="nfe")
+    fig = charts.lines(xs, ys, title="Success vs denoiser passes per decision", xlabel="NFE per decision",
+                       ylabel="success", log_x=True, mode="lines+markers", bands=bands)
+    # a band is a filled outline: without this plotly marks its corners with pale dots, which read as data points
+    fig.update_traces(mode="lines", selector=dict(fill="toself"))
+    charts.show(fig, key="nfe")
 with c8:
-    nfe_df = pd.DataFrame({"variant": names, "NFE per decision": [res.nfe[nm] for nm in names], "success": succ})
+    nfe_df = pd.DataFrame({"variant": names, "NFE per decision": [res.nfe[nm] for nm in names],
+                           # rounded here as the badges and bars round (half to even: 10/16 reads 0.62 everywhere)
+                           "success": np.round(succ, 2)})
     st.dataframe(nfe_df, hide_index=True, width="stretch",
                  column_config={"success": st.column_config.NumberColumn(format="%.2f")})
 download.download_csv(pd.DataFrame([{"method": k, "nfe": x, "success": y} for k, (xx, yy) in res.nfe_curves.items()
@@ -251,8 +256,8 @@ if "backbone_gap" not in m:
                f"{res.unet_info.get('eval_episodes', 0):.0f} episodes, seed {res.unet_info.get('eval_seed', 0):.0f}):")
     rec = sorted(k for k in res.unet_info if k.startswith("eval_success["))
     st.dataframe(pd.DataFrame({"variant": [k[len("eval_success["):-1] for k in rec],
-                               "Transformer": [res.checkpoint_info.get(k, np.nan) for k in rec],
-                               "U-Net": [res.unet_info[k] for k in rec]}), hide_index=True,
+                               "Transformer": np.round([res.checkpoint_info.get(k, np.nan) for k in rec], 2),
+                               "U-Net": np.round([res.unet_info[k] for k in rec], 2)}), hide_index=True,
                  column_config={c: st.column_config.NumberColumn(format="%.2f") for c in ("Transformer", "U-Net")})
 else:
     st.caption("Both denoisers were trained by the same script on the same plans, batches, noise, 8 000 steps and "

@@ -66,17 +66,11 @@ fig.add_trace(go.Scatter(x=res.pca_theta[:, 0], y=res.pca_theta[:, 1], mode="mar
                          marker=dict(size=8, color=charts.COLORS[0])))
 fig.add_trace(go.Scatter(x=res.pca_phi[:, 0], y=res.pca_phi[:, 1], mode="markers", name="φ samples",
                          marker=dict(size=4, color=charts.COLORS[1], opacity=0.5)))
-# components that collapsed onto one point would print their labels over each other: one label lists them all
-span = float(np.ptp(np.r_[res.pca_theta, res.pca_phi, res.pca_means], axis=0).max()) or 1.0
-labels = [f"{w:.2f}" for w in res.mix_weights]
-for i in range(len(labels)):
-    for j in range(i):
-        if labels[j] and np.linalg.norm(res.pca_means[i] - res.pca_means[j]) < 0.02 * span:
-            labels[j], labels[i] = f"{labels[j]}, {labels[i]}", ""
-            break
-fig.add_trace(go.Scatter(x=res.pca_means[:, 0], y=res.pca_means[:, 1], mode="markers+text", name="mixture means",
-                         text=[f"π={t}" if t else "" for t in labels], textposition="top center",
-                         marker=dict(size=14, symbol="x", color=charts.COLORS[3])))
+# each mean's weight π is in its hover text and in its component's legend entry: printed labels in the plot sat on
+# top of the φ samples, and near-coincident components printed theirs over each other
+fig.add_trace(go.Scatter(x=res.pca_means[:, 0], y=res.pca_means[:, 1], mode="markers", name="mixture means",
+                         hovertext=[f"component {m + 1}: π={w:.2f}" for m, w in enumerate(res.mix_weights)],
+                         hoverinfo="text", marker=dict(size=14, symbol="x", color=charts.COLORS[3])))
 # one legend entry per component (its 1σ and 2σ contours toggle together); heavier components are drawn bolder
 for m, w in enumerate(res.mix_weights):
     for j in range(len(eng.ELLIPSE_SIGMAS)):
@@ -91,8 +85,8 @@ fig.update_yaxes(title="PC 2", scaleanchor="x", scaleratio=1)
 charts.show(charts.themed(fig, "The learned prior in adapter space (2-D PCA)", 420), key="pca")
 st.caption("Each mixture component's prior for a new task, N(μ_m, diag v_m + β² I) with φ integrated out, is "
            "projected onto the plot's two principal axes and drawn as its 1σ (solid) and 2σ (dotted) contour; "
-           "line width and opacity grow with the component's weight π_m. Both axes share one scale, so the "
-           "shapes are not distorted.")
+           "line width and opacity grow with the component's weight π_m (given in the legend). Both axes share one "
+           "scale, so the shapes are not distorted.")
 ell_kind = [f"ellipse_{k:g}sigma_component_{m + 1}" for m in range(len(res.mix_weights))
             for k in eng.ELLIPSE_SIGMAS for _ in range(res.pca_ellipses.shape[2])]
 ell = res.pca_ellipses.reshape(-1, 2)

@@ -203,7 +203,9 @@ download.download_csv(pd.DataFrame({"query": res.tp_query_ids,
                       "trackstar_per_query.csv")
 
 st.subheader(f"Top 10 for query #{cfg.query}: “{res.query_text}” → {res.answer_text}")
-st.caption("✅ marks a passage that states this query's fact.")
+st.caption("✅ marks a passage that states this query's fact. Sentences repeat in the corpus (distractors are drawn at "
+           "random with replacement, and a fact stated four times reuses one of its three templates), so one "
+           "sentence can fill neighbouring ranks.")
 rows = []
 for r in res.table:
     rows.append({"rank": r["rank"],
@@ -212,7 +214,10 @@ for r in res.table:
                  NAMES[cfg.method]: ("✅ " if r[f"{cfg.method} proponent"] else "") + r[f"{cfg.method} passage"],
                  f"{NAMES[cfg.method]} score": round(r[f"{cfg.method} score"], 4)})
 table = pd.DataFrame(rows)
-st.dataframe(table, hide_index=True, width="stretch")
+# a fixed number of decimals per score column, so the scores line up (rounding alone prints 11.01 under 11.707)
+st.dataframe(table, hide_index=True, width="stretch",
+             column_config={"BM25 score": st.column_config.NumberColumn(format="%.3f"),
+                            f"{NAMES[cfg.method]} score": st.column_config.NumberColumn(format="%.4f")})
 download.download_csv(pd.DataFrame(res.table), "trackstar_top10.csv")
 
 st.subheader("Why normalisation matters: gradient norms of the passages")
