@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
+import streamlit as st
 from plotly.subplots import make_subplots
 
 COLORS = ["#3b6fd8", "#e4572e", "#29a36a", "#9b5de5", "#f4a300", "#17becf", "#8c564b", "#e377c2"]
@@ -23,6 +24,7 @@ pio.templates["explorer"] = _template
 TEMPLATE = "explorer"
 # The default template is attached to every new figure without re-validation; assigning it per figure with
 # update_layout(template=...) re-validates the whole template (~13 ms a figure, most of a page's cache-hit render).
+# (streamlit is imported above on purpose: its import makes its own template plotly's default, so it must come first)
 pio.templates.default = TEMPLATE
 
 
@@ -126,7 +128,8 @@ def _coincide(xa, ya, xb, yb, log: bool, scale: float) -> bool:
 def bars(names: Sequence[str], values: Sequence[float], title: str = "", ylabel: str = "",
          errors: Sequence[float] | None = None, height: int = 340, colors: Sequence[str] | None = None,
          text_fmt: str = ".3g") -> go.Figure:
-    labels = [format(v, text_fmt) for v in values]
+    # a missing or non-finite value gets no label (and, with error bars, no annotation below)
+    labels = ["" if v is None or not np.isfinite(v) else format(v, text_fmt) for v in values]
     fig = go.Figure(go.Bar(x=list(names), y=list(values),
                            error_y=dict(type="data", array=list(errors)) if errors is not None else None,
                            marker_color=list(colors) if colors else COLORS[0],
@@ -160,8 +163,10 @@ def heatmap(z, title: str = "", x=None, y=None, xlabel: str = "", ylabel: str = 
     z = np.asarray(z)
     kw = {}
     if diverging:
-        m = float(np.nanmax(np.abs(z))) if z.size else 1.0
-        kw = dict(zmid=0.0 if zmid is None else zmid, zmin=-m, zmax=m)
+        # a range symmetric about the midpoint (0 unless zmid says otherwise), so equal distances get equal colours
+        mid = 0.0 if zmid is None else float(zmid)
+        m = float(np.nanmax(np.abs(z - mid))) if z.size else 1.0
+        kw = dict(zmid=mid, zmin=mid - m, zmax=mid + m)
     if zmin is not None:
         kw["zmin"] = zmin
     if zmax is not None:
@@ -368,8 +373,6 @@ def detach_title(fig: go.Figure) -> str | None:
 
 
 def show(fig: go.Figure, key: str | None = None) -> None:
-    import streamlit as st
-
     title = detach_title(fig)
     if title:
         # plotly's title markup (<sup>, <br>, <i>) is HTML too; st.html does not run it through markdown, whose

@@ -8,6 +8,7 @@ callable), and a click does not rerun the page (``on_click="ignore"``). Encoding
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -16,20 +17,38 @@ import pandas as pd
 import streamlit as st
 
 
+def _finite_or_marker(v: float) -> float | str | None:
+    """Strict JSON has no NaN or Infinity: NaN becomes null, ±inf the strings "inf" / "-inf" (float() reads them)."""
+    if math.isfinite(v):
+        return v
+    return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
 def _jsonable(x: Any) -> Any:
     if isinstance(x, np.ndarray):
-        return x.tolist()
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            obj = x.astype(object)
+            obj[np.isnan(x)] = None
+            obj[np.isposinf(x)] = "inf"
+            obj[np.isneginf(x)] = "-inf"
+            return obj.tolist()
+        return x.tolist() if x.dtype.kind in "biuf" else _jsonable(x.tolist())
     if isinstance(x, np.generic):
-        return x.item()
+        return _jsonable(x.item())
+    if isinstance(x, float):
+        return _finite_or_marker(x)
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
         return [_jsonable(v) for v in x]
+    if isinstance(x, set | frozenset):
+        return [_jsonable(v) for v in sorted(x, key=repr)]
     return x
 
 
 def to_json_bytes(data: Any) -> bytes:
-    return json.dumps(_jsonable(data), indent=1).encode()
+    """Strict JSON (a browser's JSON.parse reads it): no NaN / Infinity tokens, numpy values as plain numbers."""
+    return json.dumps(_jsonable(data), indent=1, allow_nan=False).encode()
 
 
 def to_csv_bytes(df: pd.DataFrame) -> bytes:

@@ -17,6 +17,7 @@ import pickle
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from typing import Any
 
 import streamlit as st
@@ -34,13 +35,28 @@ class ResultStore:
         self._data: OrderedDict[tuple, bytes] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        self._key_locks: dict[tuple, threading.Lock] = {}
+        self._key_locks: dict[tuple, list] = {}     # key -> [lock, sessions holding or waiting for it]
         self.hits = 0
         self.misses = 0
 
-    def key_lock(self, key: tuple) -> threading.Lock:
+    @contextmanager
+    def key_lock(self, key: tuple):
+        """Held while one session computes ``key``, so others wait for its result instead of computing it again.
+
+        A key's lock lives only while some session holds or waits for it: a long-lived server sees an unbounded
+        number of distinct configs, and keeping a lock for each would grow without end.
+        """
         with self._lock:
-            return self._key_locks.setdefault(key, threading.Lock())
+            entry = self._key_locks.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self._key_locks[key]
 
     def get(self, key: tuple) -> Any | None:
         with self._lock:

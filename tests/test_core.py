@@ -24,6 +24,7 @@ from engine.core.params import (
     to_query,
 )
 from engine.core.progress import ProgressSpan
+from tests.boundapp import open_bound, shown, url
 
 
 def test_claim_pass_is_computed_not_given():
@@ -787,43 +788,11 @@ def test_checkpoint_round_trip_keeps_weights_and_metadata(tmp_path):
 VIEW = Choice(("in", "out", "far"), "zoom")
 
 
-def _bound_app(config_cls, slug, view, link_first):
-    import json
-
-    import streamlit as st
-
-    from components.state import bind_config, bind_view, share_link
-    from engine.core.params import to_query
-
-    cfg = bind_config(config_cls, slug, views=("zoom",))
-    link = share_link(cfg) if link_first else None        # most pages show the link before their view widgets
-    zoom = bind_view(slug, "zoom", view)
-    st.text(json.dumps({**to_query(cfg), "zoom": zoom}))      # what the page computes and draws with
-    st.text(link if link_first else share_link(cfg))
-
-
 def _bound(slug, query=None, link_first=False):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_function(_bound_app, args=(Demo, slug, VIEW, link_first), default_timeout=30)
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    return at.run()
+    return open_bound(Demo, slug, VIEW, query, link_first)
 
 
-def _shown(at):
-    """(settings and view the page drew with, query string of its share link); a stopped page has neither."""
-    import json
-    from urllib.parse import parse_qsl
-
-    assert not at.exception, [e.value for e in at.exception]
-    texts = [t.value for t in at.text]
-    assert len(texts) == 2, "the page stopped before drawing its results"
-    return json.loads(texts[0]), dict(parse_qsl(texts[1], keep_blank_values=True))
-
-
-def _url(at):
-    return {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+_shown, _url = shown, url
 
 
 def _link_notice(at):

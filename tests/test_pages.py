@@ -286,7 +286,12 @@ def _check_downloads(offered: list) -> None:
         if name.endswith(".csv"):
             assert len(pd.read_csv(io.BytesIO(payload))) > 0, name
         elif name.endswith(".json"):
-            assert json.loads(payload) not in (None, {}, []), name
+            # strict JSON, as a browser's JSON.parse reads it: Python's NaN / Infinity tokens are refused
+            assert json.loads(payload, parse_constant=_refuse_constant) not in (None, {}, []), name
+
+
+def _refuse_constant(token: str):
+    raise ValueError(f"non-standard JSON token {token}")
 
 
 @pytest.mark.parametrize("paper", BUILT, ids=IDS)

@@ -105,8 +105,9 @@ class Float:
 
     def sample(self, rng: random.Random) -> float:
         if self.step:
+            # the last step may overshoot when step does not divide the range: such a grid ends at hi itself
             n = int(round((self.hi - self.lo) / self.step))
-            return round(self.lo + self.step * rng.randint(0, n), 10)
+            return min(round(self.lo + self.step * rng.randint(0, n), 10), self.hi)
         return rng.uniform(self.lo, self.hi)
 
     def extremes(self) -> list[float]:
