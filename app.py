@@ -30,12 +30,17 @@ nav = st.navigation(sections)
 # Plotly hides a chart's toolbar until the pointer hovers it, except on devices without hover (phones, tablets),
 # where the toolbar is always shown and covers the right end of the chart's title, legend or subplot titles. There
 # it moves into a band of its own above the chart. Chart titles are HTML above the chart (components/charts.show), so
-# they wrap in a narrow column instead of running past the chart's edge.
+# they wrap in a narrow column instead of running past the chart's edge. Metric labels and values wrap too: Streamlit
+# cuts them off with an ellipsis, and four metrics in a row on a 1024 px laptop (sidebar open) or a tablet lost
+# words ("B → A share, Deep…") or half a value ("+0.40 / -0.…").
 st.html("""<style>
 .explorer-chart-title { font-size: 15px; font-weight: 600; line-height: 1.35; padding-left: 6px; }
 .stElementContainer:has(.explorer-chart-title) { margin-bottom: -0.6rem; }
 .explorer-fs-title { position: absolute; top: 6px; left: 16px; right: 200px; z-index: 2; pointer-events: none;
   font-size: 15px; font-weight: 600; line-height: 1.35; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+[data-testid="stMetricLabel"], [data-testid="stMetricLabel"] *, [data-testid="stMetricValue"],
+[data-testid="stMetricValue"] * { white-space: normal !important; overflow: visible !important;
+  text-overflow: clip !important; overflow-wrap: anywhere; }
 @media (hover: none) {
   .stElementContainer:has(.js-plotly-plot) { margin-top: 28px; overflow: visible !important; }
   .js-plotly-plot { overflow: visible !important; }

@@ -62,8 +62,8 @@ c1.metric("B → A share, DeepRUOT", f"{m['false_ruot']:.3f}")
 c2.metric("B → A share, baseline", f"{m['false_baseline']:.3f}" if "false_baseline" in m else "—",
           help=f"closed-form floor {m['false_floor']:.3f}")
 c3.metric("learned g, A / B", f"{m['g_left']:+.2f} / {m['g_right']:+.2f}", help=f"truth ±{res.gamma:g}")
-c4.metric("POT UOT cross mass t₀→t₁", f"{m['cross_pot_uot']:.3f}",
-          help=f"row-sum ratio A/B {m['uot_row_ratio']:.2f}")
+c4.metric("UOT cross mass t₀→t₁", f"{m['cross_pot_uot']:.3f}",   # "POT" in the label got it cut off at 768 px
+          help=f"POT's unbalanced OT; row-sum ratio A/B {m['uot_row_ratio']:.2f}")
 
 st.subheader("1 · Snapshots and learned particle paths")
 TIME_COLORS = ["#1f77b4", "#2ca02c", "#ff7f0e", "#d62728"]

@@ -51,7 +51,8 @@ c1, c2, c3, c4 = st.columns(4)
 c1.metric("G_T, MoE terminated", f"{m['G_moe']:.3f}")
 c2.metric("G_T, MoE never terminated", f"{m['G_noterm']:.3f}")
 c3.metric("G_T, single expert", f"{m['G_single']:.3f}")
-c4.metric("Seeds where the rule froze the router", f"{m['frozen_share']:.0%}")
+c4.metric("Runs with router frozen", f"{m['frozen_share']:.0%}",   # a longer label is cut off on a tablet
+          help="Share of the seeds in which the termination rule froze the router")
 tf = res.t_freeze[0]
 if np.any(tf > 0):
     n_un = int(m["n_unfrozen"])

@@ -48,7 +48,8 @@ m = res.metrics
 tl = eng._tau_label(res.tau)
 
 c1, c2, c3, c4 = st.columns(4)
-c1.metric("Acceptance Z at τ (measured)", f"{m['z_train']:.3f}", help=f"closed form {m['z_closed_form']:.3f}")
+# "(measured)" went into the help: with it the label was cut off with an ellipsis on a tablet (768 px)
+c1.metric("Acceptance Z at τ", f"{m['z_train']:.3f}", help=f"measured; closed form {m['z_closed_form']:.3f}")
 c2.metric("Valid: standard FM", f"{m['valid_standard']:.2f}")
 c3.metric(f"Valid: unbalanced τ={tl}", f"{m['valid_unbalanced']:.2f}")
 c4.metric("Valid: A + relaxation B", f"{m['valid_relax']:.2f}")

@@ -283,6 +283,22 @@ return out;
 """
 
 
+# A metric's label or value cut off with an ellipsis (or clipped by a box that hides its overflow): Streamlit does this
+# to text wider than its column, and four metrics in a row at 1024 px lost words and half of "+0.40 / -0.38".
+METRIC_CUT_JS = """
+const out = [];
+document.querySelectorAll('[data-testid="stMetric"] *').forEach(e => {
+  if (![...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim())) return;
+  for (let p = e; p && !(p.dataset && p.dataset.testid === 'stMetric'); p = p.parentElement) {
+    if ((p === e || getComputedStyle(p).overflowX !== 'visible') && p.scrollWidth > p.clientWidth + 1) {
+      out.push(e.textContent.trim().slice(0, 60)); return;
+    }
+  }
+});
+return out;
+"""
+
+
 @pytest.mark.parametrize("paper", built_papers(), ids=[p.slug for p in built_papers()])
 def test_page_renders_in_browser(server, driver, paper):
     base, _ = server
@@ -303,12 +319,14 @@ def test_page_renders_in_browser(server, driver, paper):
         _, narrow = driver.execute_script(TEXT_COLLISIONS_JS)
         narrow_cut = driver.execute_script(CLIPPED_LABELS_JS)
         uneven = driver.execute_script(UNEVEN_ROWS_JS)
+        metric_cut = driver.execute_script(METRIC_CUT_JS)
     finally:
         driver.set_window_size(1400, 1100)
         time.sleep(1.0)                     # let the charts lay themselves out again before the screenshot
     assert not narrow, f"at 1024 px, labels drawn over each other (chart index, label, label): {narrow}"
     assert not narrow_cut, f"at 1024 px, labels running past their chart's edge (chart index, label): {narrow_cut}"
     assert not uneven, f"at 1024 px, side-by-side charts start at different heights (row, px, titles): {uneven}"
+    assert not metric_cut, f"at 1024 px, metric labels or values cut off: {metric_cut}"
     console = _console_errors(driver)
     assert not console, f"errors in the browser console: {console}"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
