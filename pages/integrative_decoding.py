@@ -61,7 +61,10 @@ charts.show(charts.themed(hm, "Sampled answers (value index; green = correct), t
 download.download_csv(pd.DataFrame([{"row": ylab[r], "fact": j + 1, "value_index": text[r, j], "correct": z[r, j]}
                                     for r in range(len(ylab)) if ylab[r].strip() for j in range(F)]),
                       "integrative_decoding_detail_answers.csv", key="dl-integrative-decoding-detail-answers")
-sub = make_subplots(rows=1, cols=F, subplot_titles=[f"fact {i + 1}" for i in range(F)], horizontal_spacing=0.04)
+# one y axis for all facts: the bars compare across panels, and on a narrow screen the inner panels' tick labels would
+# be drawn over their left neighbours
+sub = make_subplots(rows=1, cols=F, subplot_titles=[f"fact {i + 1}" for i in range(F)], horizontal_spacing=0.03,
+                    shared_yaxes=True)
 rows = []
 for i, top in enumerate(res.detail_top):
     labels = [t[0] for t in top]
@@ -69,6 +72,7 @@ for i, top in enumerate(res.detail_top):
     colors = ["#29a36a" if t[2] else "#e4572e" for t in top]
     sub.add_trace(go.Bar(x=labels, y=vals, marker_color=colors, showlegend=False), row=1, col=i + 1)
     rows += [{"fact": i + 1, "token": a, "summed_logprob": b, "true_value": c} for a, b, c in top]
+sub.update_yaxes(title="summed log-prob", row=1, col=1)
 charts.show(charts.themed(sub, "Summed log-probabilities of the top tokens at each step (v = value, s = spelling; "
                           "green = true value)", height=340), key="detail_bars")
 download.download_csv(pd.DataFrame(rows), "id_detail_scores.csv")
