@@ -99,6 +99,12 @@ def result_store() -> ResultStore:
     return ResultStore()
 
 
+def cache_key(module_name: str, config, fn: str = "run", payload: bytes | None = None) -> tuple:
+    """The result store's key for ``module.fn(config)`` (with an upload's bytes, through their SHA-256)."""
+    digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
+    return (module_name, fn, type(config).__qualname__, repr(config), digest)
+
+
 def run_cached(module_name: str, config, label: str = "Computing", fn: str = "run",
                payload: bytes | None = None) -> Any:
     """Return ``module.fn(config)``, computed once per config, with a live progress bar.
@@ -106,8 +112,7 @@ def run_cached(module_name: str, config, label: str = "Computing", fn: str = "ru
     ``payload`` (e.g. the bytes of an upload) is passed on as ``payload=`` and is part
     of the cache key through its SHA-256.
     """
-    digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
-    key = (module_name, fn, type(config).__qualname__, repr(config), digest)
+    key = cache_key(module_name, config, fn, payload)
     store = result_store()
     hit = store.get(key)
     if hit is not None:

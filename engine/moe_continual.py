@@ -21,7 +21,8 @@ Why the default is 3 000 rounds (changed 2026-12-05 from 1 000): the termination
 the router has been frozen, and the spec's rule freezes it late. Over 100 terminated M = 5 runs (first seeds 0-9, 10
 runs each) the freeze round has median ~540; 58 % of the runs had frozen within the first two thirds of 1 000 rounds,
 79 % by round 2 000, and 10 % never froze within 3 000. At 1 000 rounds half the "terminated" runs were therefore
-still unfrozen, and the badge compared two nearly identical sets (G_T 0.103 vs 0.104 at first seed 0). Pass rates
+still unfrozen, and the badge compared two nearly identical sets (G_T 0.103 vs 0.104 at first seed 0; 0.0985 vs
+0.0999 on an x86_64 AVX512_SPR machine, see ``components.seed_notes.machine``). Pass rates
 of each badge over first seeds 0-9, in the order of ``claims`` (MoE vs single G_T, F_T; purity; termination G_T;
 T_conv; G_T M = 10 vs 3), at 1 000 rounds: 0.9, 1.0, 0.8, 0.5, 0.6, 0.7 (all six in 2 of 10); at 3 000 rounds:
 1.0, 1.0, 1.0, 0.9, 0.8, 0.8 (all six in 5 of 10). No badge passes less often at 3 000 rounds. At first seed 0 the

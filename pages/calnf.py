@@ -58,10 +58,11 @@ else:
 
 st.subheader("1 · Densities learned by the one flow")
 g = res.grid_x
-# short titles: three panels side by side leave about 140 px each on a phone
-fig = make_subplots(rows=1, cols=3, subplot_titles=("CalNF nominal q(·;0)", "CalNF failure q(·;c*)",
-                                                    "plain flow q(·;1)"),
-                    horizontal_spacing=0.04)
+# titles on two lines, y tick labels on the first panel only and no x tick at a panel's edge: three panels side by
+# side leave about 100 px each on a phone, where one-line titles and the edge ticks ran into their neighbours'
+fig = make_subplots(rows=1, cols=3, subplot_titles=("CalNF nominal<br>q(·;0)", "CalNF failure<br>q(·;c*)",
+                                                    "plain flow<br>q(·;1)"),
+                    horizontal_spacing=0.04, shared_yaxes=True)
 for i, d in enumerate((res.dens_nominal, res.dens_cal, res.dens_plain)):
     fig.add_trace(go.Heatmap(z=d, x=g, y=g, colorscale=charts.SEQUENTIAL, showscale=False), row=1, col=i + 1)
     fig.add_trace(go.Scatter(x=res.nominal[:300, 0], y=res.nominal[:300, 1], mode="markers", name="nominal",
@@ -71,8 +72,9 @@ for i, d in enumerate((res.dens_nominal, res.dens_cal, res.dens_plain)):
                   row=1, col=i + 1)
     fig.add_trace(go.Scatter(x=res.failure[:, 0], y=res.failure[:, 1], mode="markers", name="training failure",
                              marker=dict(size=8, color="#e4572e", symbol="x"), showlegend=i == 0), row=1, col=i + 1)
-charts.themed(fig, None, 380)
+charts.themed(fig, None, 400, margin_t=84)       # room for the two-line panel titles under the legend
 fig.update_layout(legend_itemsizing="constant")   # 2-px points would give invisible legend swatches
+fig.update_xaxes(tickvals=[-1, 0, 1])
 charts.show(fig, key="dens")
 st.caption("Right: the failure model q(·;1) of the plain conditional flow, trained on the same nominal and failure "
            "data without the calibration.")
@@ -154,8 +156,12 @@ $\log q(x; c) = \log \mathcal N(f(x; c); 0, I) + \sum_{\text{layers}} s$.
 
 **Training step (CalNF).** (1) Calibration: one Adam step on $c^*$ for
 $-\tfrac1{n_t}\sum_{x \in D_t} \log q(x; c^*)$ with the flow fixed. (2) Flow: one Adam step on
-$$-\,\overline{\log q(x; 0)}_{D_0\text{ batch}} \;-\; \frac1K \sum_{j=1}^K \overline{\log q(x; e_j)}_{S_j}
-\;-\; \overline{\log q(x; \operatorname{sg}[c^*])}_{D_t},$$
+
+$$
+-\,\overline{\log q(x; 0)}_{D_0\text{ batch}} \;-\; \frac1K \sum_{j=1}^K \overline{\log q(x; e_j)}_{S_j}
+\;-\; \overline{\log q(x; \operatorname{sg}[c^*])}_{D_t},
+$$
+
 where $S_j$ are bootstrap resamples of the failure set ($n_t$ draws with replacement each) and sg stops the
 gradient, plus a self-regularisation term $\mathrm{KL}(q(\cdot; e_a)\,\|\,q(\cdot; e_b))$ for one random pair
 $a \ne b$ per step (reparameterised Monte Carlo, 100 samples, weight 1), as in the authors' final code. Adam,
@@ -166,7 +172,8 @@ run in one batched forward pass. After training, 50 more calibration steps.
 decay and no KL term: all flows, CalNF included, overfitted the 20 failure points within about 50 steps, and the
 comparison with the failures-only flow became a coin toss across seeds (that version lost at seeds 0, 1 and 2;
 reverting just those three settings in today's code gives +0.73, +0.48 and −1.34 nats there, which a test
-re-measures). At the authors' settings its
+re-measures; on another machine, whose CPU rounds some float operations differently, +0.73, +0.15 and −1.42:
+a run that overfits amplifies last-digit differences). At the authors' settings its
 shared, self-regularised family overfits more slowly than a flow on the failure points alone. The price at
 300 steps: CalNF's nominal model $q(\cdot; 0)$ is still behind the plain flow's, at seeds 1 and 2 by more than the
 first badge allows, so that badge fails there (the note under the badge gives the gaps `python -m tests.seeds`

@@ -30,8 +30,10 @@ layout.paper_header(
         "termination rule freezes the router late (this run's freeze rounds are listed under the four numbers "
         "below), so the default runs 3 000 rounds. With 1 000, many of the 'terminated' runs are still unfrozen "
         "at the end, and at first seed 0 the two error curves end level (try it with the Rounds slider). "
-        "\"More experts need more rounds\" depends on the seeds and fails at the default: change 'First seed' to "
-        "see how much."
+        "The two M = 10 vs M = 3 comparisons (\"more experts need more rounds\" and \"… do not end up better\") "
+        "depend on the seeds, and at the default even on the machine: one of them fails, and which one differs "
+        "between CPUs that round some float operations differently (3 000 rounds amplify last-digit "
+        "differences). Change 'First seed' to see how much."
     ),
 )
 

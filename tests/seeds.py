@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("EXPLORER_FORCE_CPU", "1")
 
+from components import seed_notes  # noqa: E402
 from engine.core.params import widget_specs  # noqa: E402
 from engine.registry import built_papers  # noqa: E402
 
@@ -66,7 +67,7 @@ def main() -> None:
                                                    for s, (p, m) in zip(ok, vals)))
         sys.stdout.flush()
         if args.write:
-            stored["pages"][paper.slug] = {"measured": today, "seeds": ok,
+            stored["pages"][paper.slug] = {"measured": today, "machine": seed_notes.machine(), "seeds": ok,
                                            "flips": {k: [[s, p, m] for s, (p, m) in zip(ok, v)]
                                                      for k, v in flips.items()}}
             out.write_text(json.dumps(stored, indent=1, ensure_ascii=False) + "\n")

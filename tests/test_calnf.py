@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from engine import calnf as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -303,12 +304,12 @@ def test_batched_training_matches_one_by_one_train():
 def test_the_earlier_recipe_makes_the_failure_comparison_a_coin_toss(monkeypatch):
     """The page's 'why the learning rate matters': with the earlier recipe (lr 1e-2, cosine decay, no KL term) the
     CalNF − failures-only held-out LL swings in sign and by over a nat across seeds 0-2 (measured +0.73, +0.48,
-    −1.34)."""
+    −1.34; +0.73, +0.15, −1.42 on another machine's CPU, as the page says: overfitting runs amplify float rounding)."""
     monkeypatch.setattr(eng, "FLOW_LR", 1e-2)
     monkeypatch.setattr(eng, "COSINE", True)
     monkeypatch.setattr(eng, "BALANCE_WEIGHT", 0.0)
     gaps = [eng.run(eng.Config(seed=s)).metrics["vs_failure_only"] for s in range(3)]
-    assert gaps[0] > 0.3 and gaps[1] > 0.2 and gaps[2] < -0.8, gaps
+    assert gaps[0] > 0.3 and gaps[1] > 0.1 and gaps[2] < -0.8 and max(gaps) - min(gaps) > 1.0, gaps
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -561,3 +562,52 @@ def test_page_curves_are_each_methods_own_tracked_curves(spied_run):
         assert len(curves["held"]) == len(res.curve_steps)
     assert not np.allclose(res.curves["calnf"], res.curves_train["calnf"])
     assert all(len(out[2]["held"]) == 0 for out in seen["out"][4:])
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+NAMES = {"calnf": "CalNF q(·; c*)", "plain": "plain conditional flow", "failure_only": "failure points only",
+         "pooled": "all points pooled"}
+
+
+@pytest.fixture(scope="module")
+def default_page(default_result):
+    return open_page("calnf", seed=(("engine.calnf", eng.Config(), default_result),))
+
+
+def test_page_headline_names_the_methods_that_beat_calnf(default_page, default_result):
+    at, m = default_page, default_result.metrics
+    tiles = {t.label: t.value for t in at.metric}
+    for k, name in NAMES.items():
+        assert float(tiles[name]) == pytest.approx(m[f"held_fail_clip_{k}"], abs=0.006), k
+    ahead = [NAMES[k] for k in ("plain", "failure_only", "pooled")
+             if m[f"held_fail_clip_{k}"] >= m["held_fail_clip_calnf"]]
+    said = " ".join(el.value for kind in ("info", "success") for el in at.get(kind))
+    if ahead:
+        assert f"this run: {', '.join(ahead)} scored at least as high" in said
+    else:
+        assert "On this run CalNF has the highest held-out failure likelihood" in said
+        assert "not reproduced at this scale** on this run" not in said
+
+
+def test_page_density_roc_and_curve_charts_carry_the_right_arrays(default_page, default_result):
+    at, r = default_page, default_result
+    figs = figures(at)
+    heat = [d for d in figs["dens"]["data"] if d["type"] == "heatmap"]
+    for d, want in zip(heat, (r.dens_nominal, r.dens_cal, r.dens_plain), strict=True):
+        np.testing.assert_allclose(values(d["z"]), want)
+    titles = [a["text"] for a in figs["dens"]["layout"]["annotations"]]
+    assert titles[0].startswith("CalNF nominal") and titles[1].startswith("CalNF failure")
+    # ROC: false-positive rate on x; its trapezoid area is the AUC the chart's title quotes
+    roc = figs["roc"]["data"][0]
+    fpr, tpr = values(roc["x"]), values(roc["y"])
+    np.testing.assert_allclose(fpr, r.roc_fpr)
+    np.testing.assert_allclose(tpr, r.roc_tpr)
+    area = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+    html = " ".join(el.proto.body for el in at.get("html"))
+    assert f"(AUC {area:.3f})" in html
+    # each method's dotted training curve is its training-failure LL, the solid one its held-out LL
+    lines = {d["name"]: values(d["y"]) for d in figs["curves"]["data"]}
+    for k, v in r.curves.items():
+        np.testing.assert_allclose(lines[NAMES[k]], v, err_msg=k)
+        if len(r.curves_train.get(k, [])):
+            np.testing.assert_allclose(lines[f"{NAMES[k]} (training)"], r.curves_train[k], err_msg=k)

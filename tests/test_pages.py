@@ -361,6 +361,11 @@ def test_revision_follows_code_and_assets_but_not_comments(tmp_path):
     changed.append(revision_of(mod, assets))
     (assets / "w.bin").write_bytes(b"\x00\x01")
     assert revision_of(mod, assets) == base
+    # the same bytes under another name count too (a renamed checkpoint is a different file to the engine)
+    (assets / "w.bin").rename(assets / "w2.bin")
+    changed.append(revision_of(mod, assets))
+    (assets / "w2.bin").rename(assets / "w.bin")
+    assert revision_of(mod, assets) == base
     (assets / "sub").mkdir()
     (assets / "sub" / "extra.json").write_text("{}")
     changed.append(revision_of(mod, assets))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from engine import rfwave as eng
 from engine.core.nn import asset_path
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -356,9 +357,11 @@ def test_run_upload_vocodes_the_file_and_keeps_the_claims_on_the_synthetic_clips
     np.testing.assert_allclose(res.audio["original"], clip)
     assert res.source == "your recording" and res.notes == notes
     assert res.metrics["lsd_shown"] == pytest.approx(eng.lsd(clip, res.audio["RFWave"]))
+    # the same numbers up to float rounding: on some machines the two runs do not agree to the last bit (on one
+    # they differed in the 8th digit), so this asks for agreement to 6 digits
     for a, b in zip(eng.claims(res), eng.claims(default_result)):
         if a.label not in eng.TIMING_CLAIM_LABELS:
-            assert a.measured == pytest.approx(b.measured, rel=1e-9), a.label
+            assert a.measured == pytest.approx(b.measured, rel=1e-6), a.label
     assert default_result.source == "held-out synthetic clip 0" and default_result.notes == []
 
 
@@ -611,3 +614,41 @@ def test_upload_window_is_searched_in_eighths_of_a_second():
     clip, _ = eng.decode_upload(_encode(x, sr, subtype="FLOAT"))
     assert np.count_nonzero(clip) == np.count_nonzero(x)
     assert clip[0] == pytest.approx(eng.UPLOAD_PEAK)
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_band_highlight_tiles_and_straightness_follow_the_result(default_result):
+    """The page opened with band 2 highlighted, read back: each spectrogram has a dotted line at every inner band
+    edge (multiples of 32 bins, in Hz) and an outline over exactly band 2's bins; the two LSD tiles are the LSD of
+    the shown RFWave and Griffin-Lim waveforms against the original (recomputed from the audio); the straightness
+    panel draws S(t) scaled to a maximum of 1."""
+    res = default_result
+    at = open_page("rfwave", {"band_view": "2"}, seed=(("engine.rfwave", eng.Config(), default_result),))
+    specs = figures(at)
+
+    hz_per_bin = eng.SR / eng.N_FFT
+    for i in range(3):
+        shapes = specs[f"spec{i}"]["layout"]["shapes"]
+        lines = sorted(s["y0"] for s in shapes if s["type"] == "line")
+        assert lines == pytest.approx([32 * hz_per_bin * k for k in range(1, eng.NUM_BANDS)])
+        rects = [(s["y0"], s["y1"]) for s in shapes if s["type"] == "rect"]
+        assert rects == [pytest.approx((64 * hz_per_bin, 96 * hz_per_bin))]
+
+    tiles = {mt.label: mt.value for mt in at.metric}
+    assert tiles["LSD RFWave (this clip)"] == f"{eng.lsd(res.audio['original'], res.audio['RFWave']):.2f} dB"
+    gl = next(v for k, v in tiles.items() if k.startswith("LSD Griffin-Lim"))
+    assert gl == f"{eng.lsd(res.audio['original'], res.audio['Griffin-Lim']):.2f} dB"
+
+    paths = {t["name"]: (values(t["x"]), values(t["y"])) for t in specs["traj"]["data"]}
+    for n, path in res.traj.items():
+        np.testing.assert_allclose(paths[f"N = {n}"][0], np.real(path), rtol=1e-6)
+        np.testing.assert_allclose(paths[f"N = {n}"][1], np.imag(path), rtol=1e-6)
+    assert paths["ground truth"][0][0] == pytest.approx(float(np.real(res.traj_target)), rel=1e-6)
+    assert paths["ground truth"][1][0] == pytest.approx(float(np.imag(res.traj_target)), rel=1e-6)
+
+    s_line = next(t for t in specs["straight"]["data"] if t["name"] == "S(t) (scaled)")
+    y = values(s_line["y"])
+    assert y.max() == pytest.approx(1.0)
+    np.testing.assert_allclose(y * res.curve_s.max(), res.curve_s, rtol=1e-6)

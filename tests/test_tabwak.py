@@ -44,13 +44,14 @@ def test_shipped_key_survey_is_what_the_engine_measures(default_result):
     sv = eng.load_key_survey()
     assert sv is not None and sv["bar"] == eng.AUC_BAR and sv["default_key"] == eng.Config().key
     assert set(sv["auc"]) == {str(k) for k in eng.SURVEY_KEYS}
-    assert sv["auc"][str(eng.Config().key)] == pytest.approx(default_result.metrics["clf_auc"], abs=1e-9)
-    # The classifier's fit (lbfgs) is not bit-identical across scipy / scikit-learn versions: with the lowest
-    # versions pyproject allows, key 0 re-measures 0.60784 against the shipped 0.60782. The closest two keys of the
-    # survey are 3e-4 apart (0.5425 and 0.5428), so 1e-4 still tells one key's table from another's.
+    # The classifier's fit (lbfgs) is not bit-identical across scipy / scikit-learn versions or machines: with the
+    # lowest versions pyproject allows, key 0 re-measures 0.60784 against the shipped 0.60782, and on an x86_64
+    # AVX512_SPR machine the default key gives 0.56754 against the shipped 0.56766. The closest two keys of the
+    # survey are 3e-4 apart (0.5425 and 0.5428), so 2e-4 still tells one key's table from another's.
+    assert sv["auc"][str(eng.Config().key)] == pytest.approx(default_result.metrics["clf_auc"], abs=2e-4)
     again = eng.key_survey(keys=(0,))
-    assert again["auc"]["0"] == pytest.approx(sv["auc"]["0"], abs=1e-4)
-    assert again["no_watermark"] == pytest.approx(sv["no_watermark"], abs=1e-4)
+    assert again["auc"]["0"] == pytest.approx(sv["auc"]["0"], abs=2e-4)
+    assert again["no_watermark"] == pytest.approx(sv["no_watermark"], abs=2e-4)
 
 
 def test_wrong_key_finds_nothing():
