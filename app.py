@@ -32,7 +32,8 @@ nav = st.navigation(sections)
 # it moves into a band of its own above the chart. Chart titles are HTML above the chart (components/charts.show), so
 # they wrap in a narrow column instead of running past the chart's edge. Metric labels and values wrap too: Streamlit
 # cuts them off with an ellipsis, and four metrics in a row on a 1024 px laptop (sidebar open) or a tablet lost
-# words ("B → A share, Deep…") or half a value ("+0.40 / -0.…").
+# words ("B → A share, Deep…") or half a value ("+0.40 / -0.…"). A display formula wider than a phone scrolls
+# sideways inside its own box instead of running past the page's edge, where it was cut off; so does a wide table.
 st.html("""<style>
 .explorer-chart-title { font-size: 15px; font-weight: 600; line-height: 1.35; padding-left: 6px; }
 .stElementContainer:has(.explorer-chart-title) { margin-bottom: -0.6rem; }
@@ -41,6 +42,8 @@ st.html("""<style>
 [data-testid="stMetricLabel"], [data-testid="stMetricLabel"] *, [data-testid="stMetricValue"],
 [data-testid="stMetricValue"] * { white-space: normal !important; overflow: visible !important;
   text-overflow: clip !important; overflow-wrap: anywhere; }
+.katex-display { overflow-x: auto; overflow-y: hidden; padding: 2px 0; }
+[data-testid="stMarkdownContainer"] table { display: block; max-width: 100%; overflow-x: auto; }
 @media (hover: none) {
   .stElementContainer:has(.js-plotly-plot) { margin-top: 28px; overflow: visible !important; }
   .js-plotly-plot { overflow: visible !important; }

@@ -122,7 +122,8 @@ else:
         fig = go.Figure()
         for cls, vals in res.sample_contrib.items():
             idx = res.sample_contrib_idx[cls]
-            fig.add_trace(go.Bar(x=[f"#{i}" for i in idx], y=vals, name=f"class {cls}"))
+            # 1-based, like the rank axis of the spectrum chart next to it
+            fig.add_trace(go.Bar(x=[f"#{i + 1}" for i in idx], y=vals, name=f"class {cls}"))
         charts.themed(fig, "Largest terms λᵢ(uᵢ·Ex)² of the top-2 logits", 320, barmode="group")
         fig.update_xaxes(title="eigenvector (rank within its class)")
         fig.update_yaxes(title="contribution to the logit")

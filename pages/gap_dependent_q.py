@@ -205,5 +205,7 @@ transitions, and every bonus is scaled by the same $c$.
 
 **Reading the log-T claim.** If regret grows like $\log K$, each doubling of $K$ adds the same amount; like $\sqrt K$,
 each doubling adds $\sqrt2$ times more; linearly, twice more. The badge measures that factor averaged over the last
-two doublings, $\rho = \sqrt{[R(K)-R(K/4)]/[R(K/4)-R(K/16)]}$.
+two doublings,
+
+$$\rho = \sqrt{\frac{R(K)-R(K/4)}{R(K/4)-R(K/16)}}.$$
 """)

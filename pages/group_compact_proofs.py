@@ -235,7 +235,12 @@ $\text{margin}(x,y) \ge m^* + E_{t}h + U^*_{t}D + \beta_t - \max_c(E_c h + U^*_c
 row norms and column maxima ($h\ge 0$). Neurons outside complete families keep $U^*=0$ and go to $E$.
 
 **Error term.** $E$'s top-$r$ singular directions are evaluated exactly; for the remainder, since $h\ge 0$,
-$E_c\cdot h \le \min\big(\max_c\|E_c\|\,\|h\|,\ \sum_k \max_c E_{ck} h_k,\ \sum_\rho \sqrt{d_\rho^2/|G|}\,\|E_\rho\|_{op}\|h\|\big)$.
+
+$$
+\begin{aligned}E_c\cdot h \le \min\big(&\max_c\|E_c\|\,\|h\|,\\ &\textstyle\sum_k \max_c E_{ck} h_k,\\
+&\textstyle\sum_\rho \sqrt{d_\rho^2/|G|}\,\|E_\rho\|_{op}\|h\|\big).\end{aligned}
+$$
+
 The certified margin is (explained margin) $+\,E_{ab}\cdot h -$ (bound on $\max_c E_c\cdot h$); the bound is the
 share of inputs with a positive certified margin, so it is $\le$ the true accuracy for *any* weights (tested
 with noisy weights).

@@ -221,8 +221,12 @@ $Q=\mathcal N(\hat w,s^2I)$ at the trained weights, with closed-form
 $\mathrm{KL}=n\big(\ln\tfrac{s_p}{s}+\tfrac{s^2}{2s_p^2}-\tfrac12\big)+\tfrac{\lVert\hat w-w_0\rVert^2}{2s_p^2}$.
 Topics are i.i.d., and given the topics the $KN$ sequences are independent, so Hoeffding's lemma and the
 Donsker–Varadhan inequality give, with probability $\ge 1-\delta$ ($\delta=0.05$, half per level),
-$$R(Q)-\hat R(Q)\le \underbrace{\min_\lambda \tfrac{\mathrm{KL}+\ln(G/\delta_2)}{\lambda}+\tfrac{\lambda C^2}{8K}}_{\text{topic term}}
-+\underbrace{\min_\lambda \tfrac{\mathrm{KL}+\ln(G/\delta_1)}{\lambda}+\tfrac{\lambda C^2}{8KN}}_{\text{sequence term}},$$
+
+$$
+R(Q)-\hat R(Q)\le \underbrace{\min_\lambda \tfrac{\mathrm{KL}+\ln(G/\delta_2)}{\lambda}+\tfrac{\lambda C^2}{8K}}_{\text{topic term}}
++\underbrace{\min_\lambda \tfrac{\mathrm{KL}+\ln(G/\delta_1)}{\lambda}+\tfrac{\lambda C^2}{8KN}}_{\text{sequence term}},
+$$
+
 where $R$ is the risk on new topics, $\hat R$ the training risk and $G$ the number of $(s,s_p,\lambda)$ grid
 points (union bound, so all three may be chosen after seeing the data). $s$ is the largest grid value whose
 noisy weights raise the training loss by at most 10 %, and $s_p$ the grid value with the smallest KL. The measured

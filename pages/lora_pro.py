@@ -159,8 +159,12 @@ $-\eta\,\tilde g + O(\eta^2)$ with $\tilde g = s\,B g^A + s\,g^B A$. Plain LoRA 
 so $\tilde g_{\text{LoRA}} = s^2(BB^\top g + g A^\top A)$.
 
 **LoRA-Pro.** Choose $(g^A, g^B)$ to minimise $\lVert \tilde g - g\rVert_F$. The minimisers are
-$$\hat g^A = s^{-2}(B^\top B)^{-1} g^A_{\text{LoRA}} + XA,\qquad
-\hat g^B = s^{-2}\,[I - P_B]\, g^B_{\text{LoRA}}\,(AA^\top)^{-1} - BX$$
+
+$$
+\hat g^A = s^{-2}(B^\top B)^{-1} g^A_{\text{LoRA}} + XA,\qquad
+\hat g^B = s^{-2}\,[I - P_B]\, g^B_{\text{LoRA}}\,(AA^\top)^{-1} - BX
+$$
+
 for any $X\in\mathbb R^{r\times r}$, and all give the same projection
 $\tilde g_{\text{Pro}} = P_B g + g P_A - P_B g P_A$ with $P_B = B(B^\top B)^{-1}B^\top$, $P_A = A^\top(AA^\top)^{-1}A$.
 Because it is an orthogonal projection, $\langle g, \tilde g_{\text{Pro}}\rangle = \lVert\tilde g_{\text{Pro}}\rVert^2 \ge 0$:

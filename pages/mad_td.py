@@ -195,7 +195,9 @@ if mode in ("both", "evaluation"):
                                            dash="dash" if name == "closed form" else "solid")))
     fig.add_vline(x=res.metrics["pi_s0"], line_dash="dot", annotation_text="π(s₀)")
     lo, hi = float(np.min(res.data_actions)), float(np.max(res.data_actions))
-    fig.add_vrect(x0=lo, x1=hi, fillcolor="gray", opacity=0.12, line_width=0, annotation_text="range of data actions")
+    # its label at the foot of the band: at the top it ran into the π(s₀) label on a phone
+    fig.add_vrect(x0=lo, x1=hi, fillcolor="gray", opacity=0.12, line_width=0, annotation_text="range of data actions",
+                  annotation_position="bottom right")
     charts.themed(fig, f"Q(s₀, a) at s₀ = ({res.slice_state[0]:.1f}, {res.slice_state[1]:.1f})", 380)
     fig.update_xaxes(title="action a")
     fig.update_yaxes(title="Q")

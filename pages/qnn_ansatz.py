@@ -105,8 +105,12 @@ $2^n$ basis columns at once. Qubit 0 is the most significant bit.
 **Distance between unitary channels.** With $W=U(\theta)^\dagger U(\theta+\delta)$ and $\Theta$ the width of the
 smallest arc of the unit circle holding all eigenvalues of $W$ ($2\pi$ minus the largest circular gap between
 eigenphases),
-$$c_U(\theta,\delta)=\tfrac12\bigl\|U(\theta)\cdot U(\theta)^\dagger-U(\theta+\delta)\cdot U(\theta+\delta)^\dagger
-\bigr\|_\diamond=\begin{cases}\sin(\Theta/2)&\Theta<\pi\\1&\text{otherwise.}\end{cases}$$
+
+$$
+c_U(\theta,\delta)=\tfrac12\bigl\|U(\theta)\cdot U(\theta)^\dagger-U(\theta+\delta)\cdot U(\theta+\delta)^\dagger
+\bigr\|_\diamond=\begin{cases}\sin(\Theta/2)&\Theta<\pi\\1&\text{otherwise.}\end{cases}
+$$
+
 A single-shot measurement tells the two channels apart with probability at most $\tfrac12(1+c)$.
 
 **Bounds.** $c\le B_2=\sum_j\sin(|\delta_j|/2)\le B_1=\tfrac12\sum_j|\delta_j|$ (each rotation contributes at most

@@ -222,8 +222,12 @@ target velocity $u = z_1 - z_0$, prediction $\hat u = f_\theta(z_t, t, c, i)
  = \frac{2t-1}{t^2+(1-t)^2}\,z_t + g_\theta(z_t, t, c, i)$: the first term is the exact velocity if the data
 were standard normal (*our addition*: the 64-wide backbone $g_\theta$ cannot copy its 80 input channels to the
 output, so it learns only the correction).
-$$\mathcal L = \Big\| \tfrac{\hat u - u}{\sigma_\text{frame}(u)} \Big\|^2
- + 0.01\,\big(\mathcal L_\text{STFT}(z_0+\hat u,\, z_1) + \mathcal L_\text{overlap}\big)$$
+
+$$
+\mathcal L = \Big\| \tfrac{\hat u - u}{\sigma_\text{frame}(u)} \Big\|^2
+ + 0.01\,\big(\mathcal L_\text{STFT}(z_0+\hat u,\, z_1) + \mathcal L_\text{overlap}\big)
+$$
+
 where $\sigma_\text{frame}$ is the per-frame std over channels (quiet frames count as much as loud ones),
 $\mathcal L_\text{STFT}$ compares log-magnitudes plus spectral convergence after un-equalising, and
 $\mathcal L_\text{overlap}$ makes a band's overlap bins agree with its neighbour's interior.
@@ -235,8 +239,12 @@ overlaps), un-equalise, inverse STFT.
 $S_k = \operatorname{mean}|v_k - v_\text{final}|$ and $C(t)=\sum_{t_j\le t} S_j / \sum_j S_j$. The $N$ steps are
 put where $C$ crosses $k/N$: dense where the velocity still changes, i.e. near the noise end.
 
-**Metric.** Log-spectral distance of the re-analysed waveform:
-$\mathrm{LSD} = \operatorname{mean}_\text{frames}\sqrt{\operatorname{mean}_\text{bins}(20\log_{10}|S| - 20\log_{10}|\hat S|)^2}$
+**Metric.** Log-spectral distance of the re-analysed waveform
+
+$$
+\mathrm{LSD} = \operatorname{mean}_\text{frames}\sqrt{\operatorname{mean}_\text{bins}(20\log_{10}|S| - 20\log_{10}|\hat S|)^2}
+$$
+
 (floor $10^{-5}$). Baselines from librosa: Griffin-Lim after NNLS Mel inversion (`mel_to_stft`), and the same
 magnitude with uniformly random phase. Real-time factor = wall time of sampling + iSTFT / audio duration.
 """)

@@ -6,6 +6,7 @@ import streamlit as st
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import safety_representations as eng
+from engine.core import Choice
 
 SLUG = "safety-representations"
 layout.paper_header(
@@ -27,7 +28,7 @@ layout.paper_header(
            "The default map was chosen by a geometric rule fixed before any agent ran on it "
            "(fewer than half of the land cells next to a hazard), not by the badges.",
 )
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("cell",))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.safety_representations", cfg, label="Training agents")
@@ -155,8 +156,12 @@ download.download_csv(pd.DataFrame([{"variant": v, "row": i, "col": j, "greedy_a
 
 R, C = res.water.shape
 land = [(i, j) for i in range(R) for j in range(C) if not res.water[i, j]]
-cell = st.selectbox("Cell for the steps-to-cost histogram (row, column)", land, index=0,
-                    format_func=lambda c: f"row {c[0]}, col {c[1]}", key="srpl_cell")
+# a view setting bound to the URL like every widget, so a shared link opens on the same cell ("row,col")
+cell_at = state.bind_view(SLUG, "cell", Choice(tuple(f"{i},{j}" for i, j in land),
+                                               "Cell for the steps-to-cost histogram (row, column)",
+                                               labels=tuple(f"row {i}, col {j}" for i, j in land),
+                                               help="a view setting: no retraining"))
+cell = tuple(int(v) for v in cell_at.split(","))
 K = res.pred_dist.shape[-1]
 
 

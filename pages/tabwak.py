@@ -159,13 +159,15 @@ with right:
     charts.show(fig, key="inv")
     download.download_csv(pd.DataFrame({"z": res.z_true, "z_hat": res.z_inv}), "tabwak_inversion.csv")
 
-fig = make_subplots(rows=1, cols=len(res.col_names), subplot_titles=res.col_names, horizontal_spacing=0.05)
+# two panels a row: four in one row left each about 70 px on a phone, with their tick labels run together
+grid_rows = (len(res.col_names) + 1) // 2
+fig = make_subplots(rows=grid_rows, cols=2, subplot_titles=res.col_names, horizontal_spacing=0.12, vertical_spacing=0.2)
 for j in range(len(res.col_names)):
     for data, name, color in ((res.real_cols, "real", charts.COLORS[0]), (res.wm_cols, "watermarked", charts.COLORS[1]),
                               (res.plain_cols, "plain synthetic", charts.COLORS[2])):
         fig.add_trace(go.Histogram(x=data[:, j], name=name, histnorm="probability density", opacity=0.5,
-                                   marker_color=color, showlegend=j == 0, nbinsx=30), row=1, col=j + 1)
-charts.themed(fig, "Column values: real vs watermarked vs plain synthetic", 320, barmode="overlay")
+                                   marker_color=color, showlegend=j == 0, nbinsx=30), row=j // 2 + 1, col=j % 2 + 1)
+charts.themed(fig, "Column values: real vs watermarked vs plain synthetic", 140 + 220 * grid_rows, barmode="overlay")
 charts.show(fig, key="cols")
 st.caption(f"Bars at a column's edge are values the model generated beyond the real table's range, bounded to it on "
            f"decoding: {m['clipped_rows']:.0%} of the generated rows had at least one such value among their 30 "

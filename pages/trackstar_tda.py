@@ -132,14 +132,14 @@ st.caption(f"Tail-patch over {len(res.tp_query_ids)} sampled queries: for each o
            "means no influence. Error bars: one standard error over queries.")
 fig = charts.bars(names, res.tp_mean, title="Mean tail-patch Δ log p per method", ylabel="Δ log p(answer)",
                   errors=res.tp_se, height=400, text_fmt=".3f")
-# the reference lines are labelled in the right margin: the random and the fact-stating passages are too close
-# for labels inside the plot
-fig.add_hline(y=res.tp_self, line_dash="dot", annotation_text="step on the query itself", annotation_position="right")
-fig.add_hline(y=res.tp_random, line_dash="dash", line_color="gray", annotation_text="random passages",
-              annotation_position="right")
-fig.add_hline(y=m["tp_sources"], line_dash="dashdot", line_color="green",
-              annotation_text="passages that state the fact", annotation_position="right")
-fig.update_layout(margin=dict(r=190))
+# the reference lines are named in the legend: the random and the fact-stating passages are too close for labels
+# inside the plot, and labels in the right margin left a phone about 110 px of plot
+fig.data[0].showlegend = False
+for y_ref, dash, color, label in ((res.tp_self, "dot", "#444444", "step on the query itself"),
+                                  (m["tp_sources"], "dashdot", "green", "passages that state the fact"),
+                                  (res.tp_random, "dash", "gray", "random passages")):
+    fig.add_hline(y=y_ref, line_dash=dash, line_color=color)
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=label, line=dict(dash=dash, color=color)))
 charts.show(fig, key="tailpatch")
 download.download_csv(pd.DataFrame({"method": res.methods, "tail_patch_mean": res.tp_mean, "tail_patch_se": res.tp_se,
                                     "query_self": res.tp_self, "random": res.tp_random,

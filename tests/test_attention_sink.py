@@ -9,6 +9,7 @@ from scipy.special import erf
 from engine import attention_sink as eng
 from engine.core import InputError
 from engine.core.nn import load_state
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -569,3 +570,40 @@ def test_learning_rate_warms_up_then_decays_by_cosine_to_a_tenth(monkeypatch):
     p = np.arange(steps - warm) / (steps - warm)
     np.testing.assert_allclose(used[warm:], lr * (0.1 + 0.45 * (1 + np.cos(np.pi * p))))
     assert used[warm] == pytest.approx(lr) and np.all(np.diff(used[warm:]) < 0) and used[-1] < 0.11 * lr
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+@pytest.fixture(scope="module")
+def zoomed_page():
+    """The page opened with the second head zoomed, and the engine's result for the same settings."""
+    cfg = eng.Config(zoom_head=2)
+    r = eng.run(cfg)
+    at = open_page("attention_sink", {"zoom_head": "2"}, seed=(("engine.attention_sink", cfg, r),))
+    return at, figures(at), r
+
+
+def test_page_zoom_and_dormancy_charts_show_the_chosen_head_and_the_named_series(zoomed_page):
+    at, figs, r = zoomed_page
+    np.testing.assert_allclose(values(figs["zoom-softmax"]["data"][0]["z"]), r.attn_softmax[0, 1])
+    np.testing.assert_allclose(values(figs["zoom-sigmoid"]["data"][0]["z"]), r.attn_sigmoid[0, 1])
+    want = {"on ⟨s⟩, other queries": r.dormant["softmax"]["first_other"],
+            "on ⟨s⟩, trigger queries": r.dormant["softmax"]["first_trigger"],
+            "on previous token, trigger queries": r.dormant["softmax"]["prev_trigger"]}
+    got = {d["name"]: values(d["y"]) for d in figs["dorm-soft"]["data"]}
+    assert set(got) == set(want)
+    for name, v in want.items():
+        np.testing.assert_allclose(got[name], np.ravel(v), err_msg=name)
+
+
+def test_page_captions_quote_the_sink_heads_and_the_largest_excess(zoomed_page):
+    at, _, r = zoomed_page
+    caps = [c.value for c in at.caption]
+    # sink heads are those above ε; their value-norm ratio is v_first / v_other per head
+    sink = r.alpha_softmax > eng.Config().eps
+    v_ratio = np.median((r.kv["softmax"]["v_first"] / r.kv["softmax"]["v_other"])[sink])
+    assert any(f"In the {int(sink.sum())} sink heads: median ‖v₁‖ / mean ‖vⱼ‖ = {v_ratio:.2f}," in c for c in caps)
+    pos = int(np.argmax(r.excess_orig)) + 1
+    tok = r.tokens_orig[pos - 1]
+    assert any(f"Largest excess: position {pos} ('{tok}', +{r.excess_orig.max():.2f}) as typed" in c for c in caps)

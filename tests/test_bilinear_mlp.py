@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import bilinear_mlp as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -535,3 +536,36 @@ def test_toy_matrices_and_their_deviation_come_from_the_trained_weights(op):
     np.testing.assert_array_equal(res.toy_target, target)
     assert res.toy_pairs == pairs
     assert res.metrics["toy_max_dev"] == pytest.approx(float(np.abs(res.toy_Q - target).max()), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_follows_the_class_and_the_kept_eigenvectors():
+    """Opened with class 5 and k = 2 kept: the accuracy tile quotes the truncation curve at k = 2 (not the full
+    model's accuracy, which it equals at the default k), the spectrum highlights class 5 and draws class 5's
+    untrained spectrum, and the contribution bars name each eigenvector by its 1-based rank, as the spectrum's axis
+    counts them."""
+
+    cfg = eng.Config(k_keep=2, class_idx=5)
+    r = eng.run(cfg)
+    at = open_page("bilinear_mlp", {"k_keep": "2", "class_idx": "5"}, seed=(("engine.bilinear_mlp", cfg, r),))
+    figs = figures(at)
+
+    tile = next(t for t in at.metric if t.label.startswith("Accuracy with"))
+    assert tile.label == "Accuracy with 2 top eigenvectors"
+    assert tile.value == f"{r.trunc_acc['top'][list(r.ks).index(2)]:.3f}" != f"{r.metrics['acc_full']:.3f}"
+
+    spec = {d["name"]: d for d in figs["spectrum"]["data"]}
+    np.testing.assert_allclose(values(spec["untrained"]["y"]), r.eigvals_init[5])
+    np.testing.assert_allclose(values(spec["class 5"]["y"]), r.eigvals[5])
+    assert [n for n, d in spec.items() if d.get("line", {}).get("width") == 3] == ["class 5"]
+
+    bars = {d["name"]: d for d in figs["contrib"]["data"]}
+    assert set(bars) == {f"class {c}" for c in r.sample_contrib}
+    for c, vals in r.sample_contrib.items():
+        assert bars[f"class {c}"]["x"] == [f"#{int(i) + 1}" for i in r.sample_contrib_idx[c]]
+        np.testing.assert_allclose(values(bars[f"class {c}"]["y"]), vals)
+        # rank r on the bar is the r-th entry of the sorted spectrum: the contribution λ (u·Ex)² has λ's sign
+        ranks = np.array([int(s[1:]) for s in bars[f"class {c}"]["x"]])
+        assert np.all(np.sign(vals) * np.sign(r.eigvals[int(c)][ranks - 1]) >= 0)

@@ -1,5 +1,6 @@
 """BlendRL: claims on the shipped checkpoints, and independent checks of the logic, mixture and game."""
 
+import json
 import math
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 from engine import blendrl as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -628,3 +630,42 @@ def test_neural_episode_names_no_rule():
     neural, _ = eng.load_agent("neural")
     ep = eng.rollout(neural, "standard", 11)
     assert len(ep["fired"]) == len(ep["actions"]) > 0 and (ep["fired"] == -1).all()
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+@pytest.fixture(scope="module")
+def default_page(default_result):
+    at = open_page("blendrl", seed=(("engine.blendrl", eng.Config(), default_result),))
+    return at, figures(at)
+
+
+def test_page_charts_put_each_agents_numbers_under_its_name(default_page, default_result):
+    at, figs = default_page
+    tb = default_result.table
+    for metric in ("success", "ret"):
+        bars = {d["name"]: d for d in figs[f"bars_{metric}"]["data"]}
+        assert set(bars) == set(eng.AGENTS)
+        for a in eng.AGENTS:
+            assert list(bars[a]["x"]) == list(eng.VARIANTS)
+            np.testing.assert_allclose(values(bars[a]["y"]), [tb[a][v][metric] for v in eng.VARIANTS])
+    curves = {d["name"]: d for d in figs["curves"]["data"]}
+    for a, c in default_result.curves.items():
+        np.testing.assert_allclose(values(curves[a]["y"]), c["ret"], err_msg=a)
+    # the gate map: rows are the ball's column, columns the agent's (the engine's beta_map[ball, agent])
+    hm = figs["beta_map"]
+    np.testing.assert_allclose(values(hm["data"][0]["z"]), default_result.beta_map)
+    assert "agent column" in json.dumps(hm["layout"]["xaxis"]) and "ball column" in json.dumps(hm["layout"]["yaxis"])
+
+
+def test_page_text_quotes_the_relocated_ladder_progress_and_the_episode_length(default_page, default_result):
+    at, _ = default_page
+    tb, ep = default_result.table, default_result.episode
+    texts = " ".join(el.value for kind in ("info", "caption") for el in at.get(kind))
+    for agent, tail in (("blend", ") and the neural agent keeps"), ("neural", "). ")):
+        before, after = tb[agent]["standard"]["progress"], tb[agent]["relocated ladders"]["progress"]
+        assert f"({before:.2f} → {after:.2f}{tail}" in texts, agent
+    # one reward per step taken; the agent's column is logged once more (the start)
+    assert len(ep["ac"]) == len(ep["rewards"]) + 1
+    assert f"{len(ep['rewards'])} steps; the agent" in texts

@@ -6,6 +6,10 @@
   laid them out) or runs past the chart's edge, at 1400 and at 1024 px, and the browser console shows no error (a
   script that threw, a failed load, a request to any host but the app's own); a screenshot per page goes to
   artifacts/screenshots/;
+- a window narrowed from 1400 to 700 px and widened again: a legend above a plot that wraps into more rows pushes
+  the plot down instead of covering it;
+- at 400 px (a phone), on the pages whose formulas or multi-panel charts did not fit: no formula runs past its
+  column unless it scrolls in a box of its own, and no chart draws labels or tick labels over each other;
 - a shared URL with parameters opens with the widgets showing those values;
 - a load test: 20 concurrent sessions (tabs of one chromium) on 20 different pages, no errors,
   bounded server memory, p50/p95 time to first plot printed.
@@ -331,7 +335,141 @@ def test_page_renders_in_browser(server, driver, paper):
     assert not console, f"errors in the browser console: {console}"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(ARTIFACTS / f"{paper.slug}.png"))
+    # every formula, "How it works" included, is one KaTeX could read: a display formula spread over two source lines
+    # inside a paragraph showed as red LaTeX source on five pages
+    _open_how_it_works(driver)
+    broken = _unreadable_formulas(driver)
+    assert not broken, f"formulas KaTeX could not read: {broken}"
     print(f"{paper.slug}: claims + first plot after {waited:.1f} s")
+
+
+def _open_how_it_works(d) -> None:
+    from selenium.webdriver.common.by import By
+
+    for summary in d.find_elements(By.CSS_SELECTOR, "[data-testid='stExpander'] details:not([open]) summary"):
+        if "How it works" in summary.text:
+            d.execute_script("arguments[0].click();", summary)
+    time.sleep(1.0)
+
+
+def _unreadable_formulas(d) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [e.text[:80] for e in d.find_elements(By.CSS_SELECTOR, ".katex-error")]
+
+
+# Legends drawn above the plot (the template's horizontal legend) that cover a plot area or start above the chart's
+# top edge (rows cut off); returns [[chart index, legend height px, what is wrong], ...] and the legends' heights.
+TOP_LEGENDS_JS = """
+const bad = [], heights = [];
+document.querySelectorAll('.js-plotly-plot').forEach((p, ci) => {
+  const leg = p._fullLayout && p._fullLayout.legend, g = p.querySelector('g.legend');
+  if (!leg || !g || !(leg.y >= 1 || leg.yref === 'container')) return;
+  const L = (g.querySelector('rect.bg') || g).getBoundingClientRect(), c = p.getBoundingClientRect();
+  if (!(L.width > 0)) return;
+  heights.push(Math.round(L.height));
+  if (L.top < c.top - 1) bad.push([ci, Math.round(L.height), 'starts above the chart']);
+  p.querySelectorAll('.nsewdrag').forEach(a => {
+    const r = a.getBoundingClientRect();
+    const w = Math.min(r.right, L.right) - Math.max(r.left, L.left), h = Math.min(r.bottom, L.bottom) - Math.max(r.top, L.top);
+    if (w > 2 && h > 2) bad.push([ci, Math.round(L.height), 'covers ' + Math.round(h) + ' px of a plot area']);
+  });
+});
+return [bad, heights];
+"""
+
+
+@pytest.mark.parametrize("slug", ["crossmpt", "spectral_rewiring"])
+def test_top_legends_stay_clear_of_the_plot_after_a_resize(server, driver, slug):
+    """A window made narrower re-lays the charts out without a rerun: a legend above the plot that wraps into more
+    rows must push the plot down (and back up when the window is widened again), not spill over it."""
+    base, _ = server
+    driver.set_window_size(1400, 1100)
+    driver.get(f"{base}/{slug}")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    time.sleep(1.0)
+    wide, wide_h = driver.execute_script(TOP_LEGENDS_JS)
+    try:
+        driver.set_window_size(700, 1100)
+        time.sleep(2.0)
+        narrow, narrow_h = driver.execute_script(TOP_LEGENDS_JS)
+        driver.set_window_size(1400, 1100)
+        time.sleep(2.0)
+        back, back_h = driver.execute_script(TOP_LEGENDS_JS)
+    finally:
+        driver.set_window_size(1400, 1100)
+    assert wide_h and max(narrow_h) > max(wide_h), f"no top legend wrapped into more rows: {wide_h} -> {narrow_h}"
+    assert not wide, f"at 1400 px (chart, legend height, problem): {wide}"
+    assert not narrow, f"after a resize to 700 px (chart, legend height, problem): {narrow}"
+    assert not back and back_h == wide_h, f"after resizing back to 1400 px: {back}, heights {back_h} vs {wide_h}"
+
+
+# Formulas (KaTeX) that run past the right edge of their text column without a box of their own that scrolls sideways
+# (a display formula, a table): the page's edge cuts them off on a phone. Returns [[formula, px past the column], ...]
+KATEX_CUT_JS = """
+const out = [];
+document.querySelectorAll('.katex').forEach(k => {
+  const col = k.closest('[data-testid="stMarkdownContainer"]'), r = k.getBoundingClientRect();
+  if (!col || !(r.width > 0)) return;
+  const c = col.getBoundingClientRect();
+  if (r.right <= c.right + 1) return;
+  for (let p = k.parentElement; p && p !== col.parentElement; p = p.parentElement) {
+    const s = getComputedStyle(p);
+    if ((s.overflowX === 'auto' || s.overflowX === 'scroll') && p.getBoundingClientRect().right <= c.right + 1) return;
+  }
+  out.push([(k.querySelector('annotation') || k).textContent.slice(0, 60), Math.round(r.right - c.right)]);
+});
+return out;
+"""
+
+# Tick labels of one chart drawn over each other, across its panels too (rotated labels, which plotly turns to keep
+# them apart, are left out); returns [[chart index, label, label], ...]
+TICK_OVERLAP_JS = """
+const out = [];
+document.querySelectorAll('.js-plotly-plot').forEach((p, ci) => {
+  for (const sel of ['.xtick text', '.ytick text']) {
+    const bs = [...p.querySelectorAll(sel)].filter(e => !/rotate/.test(e.getAttribute('transform') || ''))
+      .map(e => [e.textContent, e.getBoundingClientRect()]).filter(x => x[1].width > 0);
+    for (let i = 0; i < bs.length; i++) for (let j = i + 1; j < bs.length; j++) {
+      const a = bs[i][1], b = bs[j][1];
+      if (Math.min(a.right, b.right) - Math.max(a.left, b.left) > 1 && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 1)
+        out.push([ci, bs[i][0], bs[j][0]]);
+    }
+  }
+});
+return out;
+"""
+
+# pages whose formulas or multi-panel charts were cut off or ran together on a phone
+PHONE_PAGES = ("group_compact_proofs", "gap_dependent_q", "mup_local_learning", "tabwak", "calnf", "trackstar_tda",
+               "mad_td", "rfwave")
+
+
+@pytest.mark.parametrize("slug", PHONE_PAGES)
+def test_phone_width_keeps_formulas_and_charts_readable(server, driver, slug):
+    """At 400 px (a phone; headless chromium has no hover, as a phone) with "How it works" open: no formula runs past
+    its column unless it scrolls in a box of its own, and no chart draws labels or tick labels over each other or
+    past its edge."""
+    base, _ = server
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 400, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        driver.get(f"{base}/{slug}")
+        _wait_rendered(driver, PAGE_TIMEOUT)
+        _open_how_it_works(driver)
+        assert driver.execute_script("return document.documentElement.clientWidth") == 400
+        formulas = driver.execute_script(KATEX_CUT_JS)
+        ticks = driver.execute_script(TICK_OVERLAP_JS)
+        _, hits = driver.execute_script(TEXT_COLLISIONS_JS)
+        cut = driver.execute_script(CLIPPED_LABELS_JS)
+        broken = _unreadable_formulas(driver)
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert not broken, f"formulas KaTeX could not read: {broken}"
+    assert not formulas, f"at 400 px, formulas cut off at the column's edge (formula, px past it): {formulas}"
+    assert not ticks, f"at 400 px, tick labels drawn over each other (chart index, label, label): {ticks}"
+    assert not hits, f"at 400 px, labels drawn over each other (chart index, label, label): {hits}"
+    assert not cut, f"at 400 px, labels running past their chart's edge (chart index, label): {cut}"
 
 
 def test_shared_url_sets_widgets(server, driver):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import engine.crossmpt as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -463,3 +464,41 @@ def test_live_training_follows_the_seed_and_probes_at_4db():
         _, y, sigma = eng.transmit(code, 2000, 4.0, np.random.default_rng([s, 4242]), zero=True)
         assert live["reference"]["raw hard decision"] == pytest.approx((y < 0).mean(), abs=1e-12)
         assert live["reference"]["BP (10 it.)"] == pytest.approx(eng.decode_bp(code, y, sigma, 10).mean(), abs=1e-12)
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_draws_the_picked_decoders_and_tabulates_every_one(default_result):
+    """Two decoders picked under *Decoders drawn*: the BER and FER charts hold exactly those two with their own
+    rates; the −ln(BER) table keeps every decoder, in the charts' order, with −ln of the measured BER; the cost
+    bars put 2·n·m under CrossMPT and (n+m)² under full attention."""
+
+    at = open_page("crossmpt", seed=(("engine.crossmpt", eng.Config(), default_result),), timeout=180)
+    at.multiselect(key="crossmpt:decoders").set_value(["bp", "crossmpt"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    cur = default_result.curves
+    figs = figures(at)
+    picked = [nm for key, nm in zip(("raw", "algebraic", "bp", "crossmpt", "map"), cur["names"])
+              if key in ("bp", "crossmpt")]
+    assert len(picked) == 2
+    for chart, rate in (("ber", "ber"), ("fer", "fer")):
+        got = {d["name"]: values(d["y"]) for d in figs[chart]["data"]}
+        assert sorted(got) == sorted(picked), chart
+        for nm in picked:
+            np.testing.assert_allclose(got[nm], cur[rate][nm], err_msg=f"{chart} {nm}")
+
+    table = at.dataframe[0].value
+    assert list(table.index) == list(cur["names"])
+    for nm in cur["names"]:
+        ber = np.asarray(cur["ber"][nm], dtype=float)
+        shown = table.loc[nm].to_numpy(dtype=float)
+        ok = np.isfinite(shown)
+        assert ok.any(), nm
+        np.testing.assert_allclose(shown[ok], np.round(-np.log(ber[ok]), 2), atol=0.0051, err_msg=nm)
+
+    cost = default_result.cost
+    bars = figs["cost"]["data"][0]
+    y = dict(zip(bars["x"], values(bars["y"]), strict=True))
+    n, mm = cost["n"], cost["m"]
+    assert y["full self-attention ((n+m)²)"] / y["CrossMPT (2·n·m)"] == pytest.approx((n + mm) ** 2 / (2 * n * mm))

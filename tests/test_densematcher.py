@@ -15,6 +15,7 @@ import scipy.linalg
 
 from engine import densematcher as eng
 from engine.core import InputError
+from tests.pagetext import figures, open_page, values
 
 PV_EXAMPLES = None
 try:
@@ -458,3 +459,37 @@ def test_deformation_widgets_match_their_help_text():
         out = eng.deform_points(line, "stretch", s)
         assert np.ptp(out[:, 0]) == pytest.approx((1 + s) * np.ptp(x))
     np.testing.assert_array_equal(eng.deform_points(pts, "none", 1.0), pts)
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_colour_views_error_panels_and_tiles_follow_the_result(default_result):
+    """Default pair: the tiles and the reference line quote the mean of the per-vertex errors; the *initial* view
+    paints target vertex y with the colour of source vertex map_init[y]; the *error* view puts the xyz errors
+    left and the functional map's errors right, as titled."""
+
+    r = default_result
+
+    def figs(at):
+        assert not at.exception, [e.value for e in at.exception]
+        return figures(at)
+
+    at = open_page("densematcher", seed=(("engine.densematcher", eng.Config(), default_result),))
+    f = figs(at)
+    tiles = {t.label: t.value for t in at.metric}
+    assert tiles["Geodesic error, xyz"] == f"{float(np.mean(r.err_xyz)):.3f}"
+    assert tiles["Geodesic error, map"] == f"{float(np.mean(r.err_final)):.3f}"
+    lines = [s["y0"] for s in f["steps"]["layout"].get("shapes", []) if s.get("y0") == s.get("y1")]
+    assert lines == [pytest.approx(float(np.mean(r.err_xyz)), rel=1e-6)]
+
+    at.radio(key="densematcher:view").set_value("initial").run()
+    left, right = figs(at)["mesh3d"]["data"][:2]
+    assert right["vertexcolor"] == [left["vertexcolor"][int(s)] for s in r.map_init]
+    assert right["vertexcolor"] != [left["vertexcolor"][int(s)] for s in r.map_final]
+
+    at.radio(key="densematcher:view").set_value("error").run()
+    pts = [d for d in figs(at)["mesh3d"]["data"] if d["type"] == "scatter3d"]
+    assert [d.get("scene", "scene") for d in pts] == ["scene", "scene2"]
+    np.testing.assert_allclose(values(pts[0]["marker"]["color"]), r.err_xyz, rtol=1e-6)
+    np.testing.assert_allclose(values(pts[1]["marker"]["color"]), r.err_final, rtol=1e-6)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine import diffusion_planning as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -607,3 +608,41 @@ def test_first_moment_candidates_pick_and_scatter_points(default_result):
     assert m["critic_spearman_vs_distance"] == pytest.approx(spearmanr(r.cand_values, r.cand_dist).statistic)
     assert m["critic_spearman_vs_end_distance"] == pytest.approx(spearmanr(r.cand_values,
                                                                           r.cand_end_dist).statistic)
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_moment_bars_trajectory_colours_and_distance_view(default_result):
+    """Default page: the highlighted MCSS candidate is the one with the highest critic value; green lines are the
+    episodes that reached the goal (one NaN break per episode) and red the others; the time-to-goal bars sit under
+    their variants; with *Distance measured from* = end point, the critic scatter's x is the end-point distance
+    (within the ±0.2 jitter)."""
+    r, m = default_result, default_result.metrics
+    cfg = eng.Config()
+
+    def figs(at):
+        assert not at.exception, [e.value for e in at.exception]
+        return figures(at)
+
+    at = open_page("diffusion_planning", seed=(("engine.diffusion_planning", eng.Config(), default_result),))
+    f = figs(at)
+    cand = r.moment[f"MCSS N={cfg.candidates}"]
+    thick = [d for d in f["moment_mcss"]["data"] if d.get("line", {}).get("width") == 5]
+    assert [d["name"] for d in thick] == [f"candidate {int(np.argmax(cand['values'])) + 1}: "
+                                          f"V = {float(np.max(cand['values'])):.3f}"]
+
+    shown = at.radio(key="diffusion-planning:trajectories").value
+    reached = int(round(m[f"success[{shown}]"] * cfg.episodes))
+    lines = {d["line"]["color"]: d for d in f["trajectories"]["data"] if d["type"] == "scatter"}
+    breaks = {c: int(np.isnan(values(d["y"])).sum()) for c, d in lines.items()}
+    assert breaks.get("#29a36a", 0) == reached and breaks.get("#e4572e", 0) == cfg.episodes - reached
+
+    bars = f["ttg"]["data"][0]
+    want = {nm: m[f"time_to_goal[{nm}]"] for nm in r.names}
+    assert dict(zip(bars["x"], values(bars["y"]), strict=True)) == pytest.approx(want)
+
+    at.radio(key="diffusion-planning:distance").set_value("end").run()
+    x = values(figs(at)["critic"]["data"][0]["x"])
+    assert np.all(np.abs(x - r.cand_end_dist) <= 0.2 + 1e-9)
+    assert np.any(np.abs(x - r.cand_dist) > 0.2)

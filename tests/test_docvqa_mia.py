@@ -7,6 +7,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import roc_auc_score
 
 from engine import docvqa_mia as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -427,3 +428,39 @@ def test_sweep_summary_numbers_are_read_off_the_plotted_curves(sweep_200):
         assert m[f"{key}_loss"] == pytest.approx(curve["loss threshold"][0] - curve["loss threshold"][-1], abs=1e-12)
     assert m["largest_train_docs"] == sr.train_docs[-1]
     assert m["auc_white_largest_wd"] == sr.auc_wd["white-box DocMIA"][-1]
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_scatter_roc_box_and_headline_follow_the_result(default_result):
+    """Default page: each ROC line's area (trapezoids over its own points) is the AUC in its legend and in the
+    headline; the scatter puts members and non-members under their names with ● for a predicted member and × for a
+    predicted non-member; the box labelled members holds the members' per-question distances."""
+
+    r = default_result
+    at = open_page("docvqa_mia", seed=(("engine.docvqa_mia", eng.Config(), default_result),))
+    figs = figures(at)
+
+    area = {}
+    for d in figs["roc"]["data"]:
+        if d["name"] == "chance":
+            continue
+        x, y = values(d["x"]), values(d["y"])
+        name = d["name"].rsplit(" (AUC ", 1)[0]
+        area[name] = float(np.sum(np.diff(x) * (y[1:] + y[:-1]) / 2))
+        assert d["name"] == f"{name} (AUC {area[name]:.2f})"
+    assert set(area) == set(r.auc)
+    info = " ".join(el.value for el in at.info)
+    loss, white, black = (area[k] for k in ("loss threshold (document mean)", "white-box DocMIA",
+                                             "black-box DocMIA (proxy)"))
+    assert f"(AUC {loss:.3f}, vs {white:.3f} white-box and {black:.3f} black-box)" in info
+
+    pts = {d["name"]: d for d in figs["scatter"]["data"]}
+    for name, sel in (("member", r.membership), ("non-member", ~r.membership)):
+        np.testing.assert_allclose(values(pts[name]["x"]), r.desc_white[sel, 0])
+        assert list(pts[name]["marker"]["symbol"]) == ["circle" if p else "x" for p in r.pred_white[sel]]
+
+    boxes = {d["name"]: values(d["y"]) for d in figs["box"]["data"]}
+    np.testing.assert_allclose(boxes["members"], r.delta_pairs_member)
+    np.testing.assert_allclose(boxes["non-members"], r.delta_pairs_nonmember)

@@ -11,6 +11,7 @@ import pytest
 from scipy import integrate, special
 
 from engine import dp_bandmf as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -431,3 +432,32 @@ def test_iteration_cap_reported_as_run(monkeypatch):
     assert ran == {2: 100, 4: 100, 8: 100, 16: 61}
     assert r.metrics["iters"] == max(ran.values())
     assert any("61 iterations at b = 16" in note for note in r.notes)
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_tiles_rmse_chart_and_strategy_follow_the_curve(default_result):
+    """Default page: the gain tile is RMSE(b = 1) / the lowest RMSE on the curve; the star sits on the curve's
+    minimum, under its band count; the curve named with the page's ε is that ε's; the strategy shown has exactly
+    b coefficients (one band per lag) of unit norm, the ones optimised for that b."""
+
+    r, cfg = default_result, eng.Config()
+    at = open_page("dp_bandmf", seed=(("engine.dp_bandmf", eng.Config(), default_result),))
+    figs = figures(at)
+    tiles = {t.label: t.value for t in at.metric}
+    best = int(np.argmin(r.rmse))
+    assert tiles["RMSE gain over DP-SGD"] == f"{r.rmse[0] / r.rmse[best]:.2f}×"
+    assert tiles["Best band count b*"] == f"{r.bands[best]:.0f}"
+
+    lines = {d["name"]: d for d in figs["rmse"]["data"]}
+    np.testing.assert_allclose(values(lines[f"ε = {cfg.epsilon:g}"]["y"]), r.rmse)
+    np.testing.assert_allclose(values(lines[f"ε = {r.eps_low:g}"]["y"]), r.rmse_low)
+    star = lines["b*"]
+    assert list(values(star["x"])) == [r.bands[best]]
+    assert list(values(star["y"])) == pytest.approx([r.rmse[best]])
+
+    bars = next(d for d in figs["coefs"]["data"] if d["type"] == "bar")
+    c = values(bars["y"])
+    assert len(c) == r.view_b and np.linalg.norm(c) == pytest.approx(1.0)
+    np.testing.assert_allclose(c, r.coefs[list(r.bands).index(r.view_b)])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from engine import gap_dependent_q as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -587,3 +588,28 @@ def test_q_earlysettled_matches_loop_reference(family, c, iota):
     np.testing.assert_allclose(out[0], Vs[:, 0, 0][None] - eng.evaluate_policies(P, R, pis), atol=1e-9)
     np.testing.assert_allclose(out[-1], share, atol=1e-12)
     assert np.all(share > 0)
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_draws_only_the_picked_learner_with_each_groups_own_curve(default_result):
+    """Only UCB-Advantage picked under *Algorithms drawn*: the regret chart holds its curves (one per MDP group,
+    each that group's regret, plus the two dashed references), and the one suboptimal-visit map is its own."""
+
+    r = default_result
+    at = open_page("gap_dependent_q", seed=(("engine.gap_dependent_q", eng.Config(), default_result),))
+    at.multiselect(key="gap-dependent-q:algorithms").set_value(["UCB-Advantage"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    figs = figures(at)
+    ai = eng.ALGOS.index("UCB-Advantage")
+    curves = [d for d in figs["regret"]["data"] if not d["name"].startswith("∝")]
+    assert len(curves) == r.regret.shape[1]
+    for gi, d in enumerate(curves):
+        assert d["name"].startswith("UCB-Advantage, ")
+        np.testing.assert_allclose(values(d["y"]), r.regret[ai, gi], err_msg=d["name"])
+    maps = [k for k in figs if k.startswith("subopt")]
+    assert maps == [f"subopt{ai}"]
+    z = values(figs[maps[0]]["data"][0]["z"])
+    np.testing.assert_array_equal(np.isnan(z), np.isnan(r.subopt_visits[ai]))
+    np.testing.assert_allclose(z[~np.isnan(z)], r.subopt_visits[ai][~np.isnan(z)])

@@ -7,6 +7,7 @@ from sklearn.linear_model import Ridge
 
 from engine import icl_ar_ntp as eng
 from engine.core.nn import load_state
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -528,3 +529,31 @@ def test_seed_widget_changes_only_the_shown_curves_not_the_pooled_badges(res):
     for key in ("topic_ratio", "prompt_ratio", "k64_ridge_diff", "gap_spearman", "dist_mix_K2", "dist_ridge_K64"):
         assert other.metrics[key] == res.metrics[key], key
     assert not np.array_equal(other.curves["ridge"], res.curves["ridge"])
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_k_sweep_prompt_view_and_bound_terms(res):
+    """Opened with *Also show the unseen error after t prompt tokens* = 3: the extra curve is the grid's unseen
+    error at prompt length 3 (the position of 3 on the Result's t axis), the seen / unseen curves carry their own
+    grids; in the bound chart the two terms add up to the bound, the topic term (n = K) falls with K while the
+    sequence term (n = K·N, fixed) stays flat, and the note quotes the topic term at the page's K."""
+
+    at = open_page("icl_ar_ntp", {"prompt_t": "3"}, seed=(("engine.icl_ar_ntp", eng.Config(), res),))
+    figs = figures(at)
+
+    sweep = {d["name"]: values(d["y"]) for d in figs["icl-vs-k"]["data"]}
+    np.testing.assert_allclose(sweep["transformer, unseen topics"], res.grid_unseen.mean(0))
+    np.testing.assert_allclose(sweep["transformer, seen topics"], res.grid_seen.mean(0))
+    t_index = list(res.t_axis).index(3)
+    np.testing.assert_allclose(sweep["transformer, unseen topics, after t = 3"],
+                               res.grid_curves_unseen[:, :, t_index].mean(0))
+
+    bound = {d["name"]: values(d["y"]) for d in figs["icl-bound"]["data"]}
+    topic, seq = bound["topic term (n = K topics)"], bound["sequence term (n = K·N sequences)"]
+    np.testing.assert_allclose(bound["bound = topic term + sequence term"], topic + seq, rtol=1e-9)
+    assert topic[0] > 5 * topic[-1] and seq.max() < 2 * seq.min()
+    k_index = list(res.grid_k).index(res.K)
+    info = " ".join(el.value for el in at.info)
+    assert f"(topic term {topic[k_index]:.1f} + sequence term {seq[k_index]:.1f})" in info

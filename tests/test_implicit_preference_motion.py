@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine import implicit_preference_motion as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -471,3 +472,41 @@ def test_ranked_panel_marks_off_road_events_too():
     assert (o & ~c).any()
     np.testing.assert_array_equal(r.rank_events, c | o)
     assert np.all(np.diff(r.rank_dist) >= 0)
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_scene_view_ranked_colours_and_realism_bars(default_result):
+    """Opened at held-out scene 3: each panel draws that scene's cars; the ranked rollouts are coloured green for
+    the two closest (preferred) and orange-red for the two farthest (rejected); each realism bar sits under its
+    method; the control caption quotes the other scene's agreement first, then the own log's."""
+
+    r, m = default_result, default_result.metrics
+    at = open_page("implicit_preference_motion", {"scene": "3"},
+                   seed=(("engine.implicit_preference_motion", eng.Config(), default_result),))
+    figs = figures(at)
+
+    paths = [d for d in figs["scene"]["data"] if d.get("mode") == "lines+markers"]
+    names = [n for n in ("expert", "reference", "DPA-OMF", "adversarial") if n in r.view_states]
+    assert len(paths) == len(names)
+    for d, n in zip(paths, names, strict=True):
+        x = values(d["x"])
+        np.testing.assert_allclose(np.sort(x[np.isfinite(x)]), np.sort(r.view_states[n][3][..., 0].ravel()),
+                                   err_msg=n)
+
+    K = len(r.rank_dist)
+    assert np.all(np.diff(r.rank_dist) >= 0)
+    ranked = [d["line"]["color"] for d in figs["ranked"]["data"]
+              if d.get("mode") == "lines+markers" and d["line"]["color"] != "#bbbbbb"]
+    assert ranked == ["#29a36a"] * 2 + ["#3b6fd8"] * (K - 4) + ["#e4572e"] * 2
+
+    methods = list(r.table)
+    for k in ("collision", "offroad", "omf"):
+        bars = figs[f"bar_{k}"]["data"][0]
+        assert list(bars["x"]) == methods
+        np.testing.assert_allclose(values(bars["y"]), [r.table[n][k] for n in methods], err_msg=k)
+
+    caps = " ".join(c.value for c in at.caption)
+    assert (f"the distance still prefers the clean rollout in {m['agreement_control']:.0%} of mixed pairs "
+            f"(vs {m['agreement']:.0%} with the scene's own log)") in caps

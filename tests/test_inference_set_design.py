@@ -6,6 +6,7 @@ from scipy.stats import binomtest
 from sklearn.linear_model import LogisticRegression
 
 import engine.inference_set_design as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -261,3 +262,28 @@ def test_agent_seed_changes_the_initial_draw():
         draws.append(tr.observed)
     assert not np.array_equal(draws[0][0], draws[1][0])
     assert not np.array_equal(draws[0][1], draws[1][1])
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_stars_batches_and_image_titles_follow_the_campaigns(default_result):
+    """Default page: each agent's star marks the first round whose certified bound reaches the target, at the
+    pool share labelled after that batch and the accuracy delivered there; the corrupted-share lines carry each
+    agent's own batches; the image titles read oracle label / prediction, as the text above them says."""
+
+    r, cfg = default_result, eng.Config()
+    at = open_page("inference_set_design", seed=(("engine.inference_set_design", eng.Config(), default_result),))
+    figs = figures(at)
+    sa = {d["name"]: d for d in figs["sa"]["data"]}
+    hard = {d["name"]: values(d["y"]) for d in figs["hard"]["data"]}
+    for name, tr in r.agents.items():
+        reached = np.nonzero(np.asarray(tr.sa_lb) >= cfg.target)[0]
+        s = int(reached[0]) if len(reached) else len(tr.sa_lb) - 1
+        star = sa[f"{name}: stop"] if len(reached) else sa[f"{name}: no stop (all labels)"]
+        assert list(values(star["x"])) == pytest.approx([tr.frac_next[s]])
+        assert list(values(star["y"])) == pytest.approx([tr.sa_delivered[s]])
+        np.testing.assert_allclose(hard[name], tr.batch_hard, err_msg=name)
+    titles = [a["text"] for a in figs["grid"]["layout"]["annotations"]]
+    want = [f"{int(lab)}/{int(p)} " for lab, p in zip(r.grid_labels, r.grid_preds)]
+    assert len(titles) == len(want) and all(t.startswith(w) for t, w in zip(titles, want))

@@ -3,6 +3,7 @@ import pytest
 from scipy.special import log_softmax, logsumexp
 
 from engine import integrative_decoding as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -425,3 +426,35 @@ def test_each_group_token_is_appended_to_its_own_k_rows():
     for g in range(G):
         assert out[g].tolist() == [(contexts[g, 0, 0] + 1 + t) % V for t in range(4)]
         np.testing.assert_array_equal(seen[-1][2 * g:2 * g + 2, 1:], np.tile(out[g, :3], (k, 1)))
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_curves_detail_rows_and_bar_colours_follow_the_result(default_result):
+    """Default page: every accuracy curve (over k and over S) is the Result's array of the method it names; in the
+    detail grid the *ID answer* and *greedy answer* rows mark their own correct facts; a top-token bar is green
+    exactly when its token is the true value."""
+
+    r = default_result
+    at = open_page("integrative_decoding", seed=(("engine.integrative_decoding", eng.Config(), default_result),))
+    figs = figures(at)
+
+    acc = {d["name"]: values(d["y"]) for d in figs["acc_k"]["data"]}
+    for name, want in (("integrative decoding", r.acc_id), ("USC-like selection", r.acc_usc),
+                       ("fact-level vote", r.acc_vote)):
+        np.testing.assert_allclose(acc[name], want, err_msg=name)
+    s = {d["name"]: values(d["y"]) for d in figs["s_sweep"]["data"]}
+    np.testing.assert_allclose(s["greedy"], r.s_greedy)
+    np.testing.assert_allclose(s["integrative decoding (k = 8)"], r.s_id)
+
+    grid = figs["detail_grid"]["data"][0]
+    z, rows = values(grid["z"]), list(grid["y"])
+    np.testing.assert_array_equal(z[rows.index("ID answer")], r.detail_id_correct.astype(float))
+    np.testing.assert_array_equal(z[rows.index("greedy answer")], r.detail_greedy_correct.astype(float))
+
+    bars = [d for d in figs["detail_bars"]["data"] if d["type"] == "bar"]
+    assert len(bars) == len(r.detail_top)
+    for d, top in zip(bars, r.detail_top, strict=True):
+        assert list(d["x"]) == [t[0] for t in top]
+        assert list(d["marker"]["color"]) == ["#29a36a" if t[2] else "#e4572e" for t in top]

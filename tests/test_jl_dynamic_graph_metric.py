@@ -7,6 +7,7 @@ from sklearn.random_projection import johnson_lindenstrauss_min_dim
 
 from engine import jl_dynamic_graph_metric as eng
 from engine.core import InputError
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -491,3 +492,40 @@ def test_feature_and_spectrum_histograms_by_plain_loops(stream):
         h, _ = np.histogram(spec, bins=40, range=(-1e-5, 2 + 1e-5))
         assert h.sum() == g.n_nodes
         np.testing.assert_allclose(desc["spectrum"][s], h / g.n_nodes)
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_rho_map_tabs_bound_lines_and_runtime(default_result):
+    """Default page: the ρ map's JL row, column by column, is scipy's Spearman ρ between the strengths and that
+    perturbation's JL curve; each perturbation's tab draws its own snapshot curves; the dashed JL-bound lines have
+    slopes √(1 ± ε) (distances, not squared distances); on the runtime chart the JL line is the faster one at the
+    largest stream, as the badge measured (several times faster at the defaults)."""
+
+    from scipy.stats import spearmanr
+
+    r = default_result
+    at = open_page("jl_dynamic_graph_metric", seed=(("engine.jl_dynamic_graph_metric", eng.Config(), default_result),))
+    figs = figures(at)
+
+    rho = figs["rho"]["data"][0]
+    z, cols, rows = values(rho["z"]), list(rho["x"]), list(rho["y"])
+    assert cols == list(r.kinds)
+    for j, kind in enumerate(cols):
+        assert z[rows.index("JL metric"), j] == pytest.approx(spearmanr(r.strengths, r.jl[kind]).statistic), kind
+
+    for kind in r.kinds:
+        got = {d["name"]: values(d["y"]) for d in figs[f"snap-{kind}"]["data"]}
+        assert set(got) == {f"{n} MMD²" for n in r.snap[kind]}
+        for n, v in r.snap[kind].items():
+            np.testing.assert_allclose(got[f"{n} MMD²"], v, err_msg=f"{kind} {n}")
+
+    eps = r.jl_eps
+    assert eps < 1
+    slopes = sorted(values(d["y"])[-1] / values(d["x"])[-1] for d in figs["jl-bound"]["data"]
+                    if d.get("line", {}).get("dash") == "dash")
+    assert slopes == pytest.approx([np.sqrt(1 - eps), np.sqrt(1 + eps)])
+
+    times = {d["name"]: values(d["y"]) for d in figs["runtime"]["data"]}
+    assert times["JL metric"][-1] < times["snapshot metrics"][-1]

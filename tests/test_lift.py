@@ -4,6 +4,7 @@ from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
 
 from engine import lift as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -280,16 +281,10 @@ def test_default_updates_every_task(default_result):
 def test_old_links_with_task_frac_still_open_the_page():
     """Links written before the setting was renamed carry ``task_frac``, a share of the N tasks: the page translates
     it to the same number of tasks the old sampler used (round(share × N), at least 1), with no warning."""
-    from streamlit.testing.v1 import AppTest
 
     from engine.core.params import from_query
-    from engine.registry import ROOT
 
-    at = AppTest.from_file(str(ROOT / "pages" / "lift.py"), default_timeout=120)
-    at.query_params["task_frac"] = "0.5"
-    at.query_params["n_tasks"] = "10"
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page("lift", {"task_frac": "0.5", "n_tasks": "10"}, timeout=120)
     assert not any("task_frac" in w.value for w in at.warning)
     assert next(s for s in at.slider if s.key.endswith(":tasks_per_step")).value == 5
     assert "task_frac" not in at.query_params and at.query_params["tasks_per_step"] == "5"
@@ -712,3 +707,26 @@ def test_linear_adapter_table_columns_are_the_chain_moments(monkeypatch):
     np.testing.assert_allclose(ex["chain_var"], phiB.var(0), rtol=1e-12)
     np.testing.assert_allclose(ex["z"], (phiB.mean(0) - ex["exact_mean"]) / np.sqrt(ex["exact_var"]), rtol=1e-12)
     np.testing.assert_allclose(ex["var_ratio"], phiB.var(0) / ex["exact_var"], rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_boxes_and_pca_points_belong_to_what_they_name(default_result):
+    """Default page: each box holds its method's per-task errors, and its mean is that method's point at the page's
+    k on the shots curve (another output of the engine); the PCA map has one point per training task under
+    "task adapters θᵢ" and the kept φ draws under "φ samples"."""
+
+    r, cfg = default_result, eng.Config()
+    at = open_page("lift", seed=(("engine.lift", eng.Config(), default_result),))
+    figs = figures(at)
+    boxes = {d["name"]: values(d["y"]) for d in figs["box"]["data"]}
+    assert list(boxes) == list(r.methods)
+    at_k = list(r.shots).index(cfg.shots)
+    for n in r.methods:
+        np.testing.assert_allclose(boxes[n], r.mse_per_task[n], err_msg=n)
+    for box, curve in (("independent", "independent"), ("LiFT mixture prior", "LiFT")):
+        assert boxes[box].mean() == pytest.approx(r.mse_vs_shots[curve][at_k], rel=1e-9), box
+    pts = {d["name"]: d for d in figs["pca"]["data"]}
+    assert len(values(pts["task adapters θᵢ"]["x"])) == cfg.n_tasks
+    np.testing.assert_allclose(values(pts["φ samples"]["x"]), r.pca_phi[:, 0])

@@ -3,6 +3,7 @@ import pytest
 import scipy.linalg
 
 from engine import lora_pro as eng
+from tests.pagetext import figures, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -618,3 +619,31 @@ def test_mlp_full_run_and_first_layer_singular_values_by_hand(mlp_result):
     np.testing.assert_allclose(mlp_result.sv_learned["full"], np.linalg.svd(Ws[0] - p.W0[0], compute_uv=False)[:k],
                                rtol=1e-8)
     np.testing.assert_allclose(mlp_result.sv_target, np.linalg.svd(p.Wstar[0] - p.W0[0], compute_uv=False)[:k])
+
+
+# ----------------------------------------------------------------------------- what the page draws and quotes
+
+
+def test_page_legend_rates_colours_and_gradient_picture_follow_the_result(default_result):
+    """Opened with the gradient picture at 20 % of training: the picture is the one recorded at that step, and the
+    LoRA-Pro gradient ends on the circle with diameter 0–g (an orthogonal projection of g); each loss legend quotes
+    the learning rate with that method's lowest final loss; the error chart colours LoRA and LoRA-Pro as the loss
+    chart does."""
+
+    r = default_result
+    at = open_page("lora_pro", {"plane_at": "20"}, seed=(("engine.lora_pro", eng.Config(), default_result),))
+    figs = figures(at)
+
+    step = int(round(0.2 * (len(r.plane) - 1)))
+    pro = next(d for d in figs["plane"]["data"] if d["name"] == "g̃ LoRA-Pro")
+    x, y = values(pro["x"])[-1], values(pro["y"])[-1]
+    assert (x, y) == pytest.approx((r.plane[step][0], r.plane[step][1]))
+    assert (x - 0.5) ** 2 + y ** 2 == pytest.approx(0.25, abs=1e-6)
+
+    loss = {d["name"]: d for d in figs["loss"]["data"]}
+    for m in eng.METHODS:
+        final = np.where(np.isfinite(r.final_by_lr[m]), r.final_by_lr[m], np.inf)
+        assert f"{eng.METHOD_LABELS[m]} (lr {r.lr_grid[int(np.argmin(final))]:g})" in loss, m
+    colour = {n.split(" (lr")[0]: d["line"]["color"] for n, d in loss.items()}
+    for d in figs["err"]["data"]:
+        assert d["line"]["color"] == colour[d["name"]], d["name"]

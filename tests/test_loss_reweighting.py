@@ -1,8 +1,11 @@
+import re
+
 import numpy as np
 import pytest
 from scipy.optimize import minimize
 
 from engine import loss_reweighting as eng
+from tests.pagetext import chart_traces, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -540,3 +543,77 @@ def test_mlp_seed_share_badge_compares_linupper_with_uniform():
     share = np.mean(f["linupper"] < f["uniform"])
     assert share != np.mean(f["quadratic"] < f["uniform"])
     assert r.metrics["seeds_linupper_better"] == pytest.approx(share)
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def _traces(at, key):
+    """The named traces of the chart drawn under ``key``: name -> (x, y) as float arrays."""
+    return {t["name"]: (values(t.get("x")), values(t.get("y"))) for t in chart_traces(at, key) if t.get("name")}
+
+
+def test_page_draws_the_picked_strategies_snapshot_and_late_share(default_result):
+    """Opened with two strategies shown, Quadratic in the stacked-area chart and LinUpper's histogram at the first
+    snapshot: the curves are exactly those two strategies' seed means, the end-of-training batch weights pair each
+    sample's loss with its own weight (x ascending), the caption's late share is the mean of the last tenth of
+    Quadratic's per-step redundant share, and the histogram holds LinUpper's row losses at step 0, split by group."""
+    res = default_result
+    at = open_page("loss_reweighting", {"strategies": "uniform,quadratic", "share_strategy": "quadratic",
+                                        "hist_strategy": "linupper", "hist_at": "0"},
+                   seed=(("engine.loss_reweighting", eng.Config(), default_result),))
+    curves = _traces(at, "curves")
+    assert set(curves) == {"uniform", "Quadratic"}
+    for s, name in (("uniform", "uniform"), ("quadratic", "Quadratic")):
+        np.testing.assert_allclose(curves[name][1], res.log_err_mean[s], rtol=1e-6)
+
+    weights = _traces(at, "weights")
+    assert set(weights) == {"uniform", "Quadratic"}
+    B = len(res.sample_losses)
+    for s, name in (("uniform", "uniform"), ("quadratic", "Quadratic")):
+        x, y = weights[name]
+        assert np.all(np.diff(x) >= 0)
+        own = {float(loss): float(w) * B for loss, w in zip(res.sample_losses, res.sample_weights[s])}
+        np.testing.assert_allclose(y, [own[float(v)] for v in x], rtol=1e-6)
+
+    share = res.weight_share["quadratic"][:, 0]
+    late = share[len(share) - len(share) // 10:].mean()
+    cap = next(c.value for c in at.caption if "Over the last 10 % of steps" in c.value)
+    assert f"Quadratic puts {late:.2f} of the weight on the redundant rows" in cap
+    assert f"against their {np.mean(res.row_groups == 0):.2f} share" in cap
+
+    # both weight-share-over-training charts: a centred mean over the window the caption names, cut at the ends
+    win = int(re.search(r"moving average over (\d+) steps", cap).group(1))
+    assert win > 1
+
+    def smooth(a):
+        return np.array([a[max(0, t - win // 2):t + win // 2 + 1].mean() for t in range(len(a))])
+
+    area = _traces(at, "share-area")
+    for g, name in enumerate(eng.GROUPS):
+        if name in area:
+            np.testing.assert_allclose(area[name][1], smooth(res.weight_share["quadratic"][:, g]), atol=1e-9)
+    assert set(area) == {g for i, g in enumerate(eng.GROUPS) if (res.row_groups == i).any()}
+    red = _traces(at, "share")
+    for s, name in (("uniform", "uniform"), ("quadratic", "Quadratic")):
+        np.testing.assert_allclose(red[name][1], smooth(res.weight_share[s][:, 0]), atol=1e-9)
+
+    hist = _traces(at, "loss-hist")
+    L0 = res.snap_log_loss[0, eng.STRATEGIES.index("linupper")]
+    for g, name in enumerate(eng.GROUPS):
+        mine = [k for k in hist if k.startswith(name + " ")]
+        if not (res.row_groups == g).any():
+            assert not mine
+            continue
+        assert mine == [f"{name} ({int((res.row_groups == g).sum())} rows)"]
+        np.testing.assert_allclose(np.sort(hist[mine[0]][0]), np.sort(L0[res.row_groups == g]), rtol=1e-5)
+    assert any(f"after {int(res.snap_steps[0])} steps" in h.value for h in at.get("html"))
+
+    # bound panel: each fit's legend quotes its own slope (read off the drawn straight line) and the bound's rate
+    bound = _traces(at, "bound")
+    fits = {k: v for k, v in bound.items() if k.startswith("straight-line fit")}
+    assert len(fits) == len(eng.BOUND_FRACS)
+    for f, pr in zip(eng.BOUND_FRACS, res.bound_curves["predicted"]):
+        name, (x, y) = next((k, v) for k, v in fits.items() if k.startswith(f"straight-line fit, f = {f:g}:"))
+        slope = (y[-1] - y[0]) / (x[-1] - x[0])
+        assert name.endswith(f": {100 * slope:.3f} per 100 steps (bound {100 * pr:.3f})"), name

@@ -6,6 +6,7 @@ import scipy.linalg
 import torch
 
 from engine import mad_td as eng
+from tests.pagetext import chart_traces, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -585,3 +586,65 @@ def test_episodes_restart_every_25_steps_from_uniform_states():
     assert jump[:, ~starts].max() < 5 * eng.W_STD
     assert np.median(jump[:, starts]) > 5 * eng.W_STD and starts.sum() == cfg.env_steps // eng.EP_LEN - 1
     assert np.all(np.abs(S[:, ::eng.EP_LEN]) <= 1)
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def _chart_traces(at, key):
+    """The traces of the chart drawn under ``key``: list of (name, x, y, z), numbers as float arrays, labels as
+    they are."""
+    def arr(v):
+        try:
+            return values(v)
+        except (TypeError, ValueError):
+            return v
+
+    return [(t.get("name"), arr(t.get("x")), arr(t.get("y")), arr(t.get("z"))) for t in chart_traces(at, key)]
+
+
+def test_page_shows_the_results_numbers(default_result):
+    """The default page, read back: final-RMSE bars are the per-variant medians over seeds, the per-seed table's
+    final gains are the last checkpoint's, the two actor-critic panels carry overestimation and regret (unstable
+    checkpoints as gaps), each error map puts position on x and velocity on y, and the Q slice draws each curve."""
+    import pandas as pd
+
+    res = default_result
+    at = open_page("mad_td", seed=(("engine.mad_td", eng.Config(), default_result),))
+
+    bars = _chart_traces(at, "final")[0]
+    assert list(bars[1]) == list(res.final)
+    np.testing.assert_allclose(bars[2], [np.median(v) for v in res.final.values()], rtol=1e-9)
+    dots = next(t for t in _chart_traces(at, "final") if t[0] == "seeds")
+    assert list(dots[1]) == [k for k, v in res.final.items() for _ in v]
+    np.testing.assert_allclose(dots[2], [x for v in res.final.values() for x in v], rtol=1e-9)
+
+    for key, data in (("over", res.over), ("regret", res.regret)):
+        traces = _chart_traces(at, key)
+        want = [(k, s) for k in data for s in range(data[k].shape[0])]
+        assert [t[0] for t in traces] == [k for k, _ in want]
+        for (k, s), (_, _, y, _) in zip(want, traces):
+            v = data[k][s]
+            y = np.array([np.nan if e is None else e for e in y], float) if y.dtype == object else y
+            np.testing.assert_allclose(y, np.where(np.isfinite(v), v, np.nan), rtol=1e-9)
+
+    table = next(d.value for d in at.dataframe if "final K₁" in d.value.columns)
+    expected = pd.DataFrame([{"variant": k, "seed": s, "K1": g[s, -1, 0], "K2": g[s, -1, 1]}
+                             for k, g in res.gain.items() for s in range(g.shape[0])])
+    assert list(table["variant"]) == list(expected["variant"]) and list(table["seed"]) == list(expected["seed"])
+    np.testing.assert_allclose(table["final K₁"], expected["K1"], rtol=1e-9)
+    np.testing.assert_allclose(table["final K₂"], expected["K2"], rtol=1e-9)
+
+    # the engine's maps are indexed [position, velocity]; a heatmap's z is indexed [row = y, column = x]
+    for i, z in enumerate(res.heat.values()):
+        hm = next(t for t in _chart_traces(at, f"heat{i}") if t[3] is not None)
+        np.testing.assert_allclose(hm[1], res.heat_axis)
+        np.testing.assert_allclose(hm[2], res.heat_axis)
+        g = len(res.heat_axis)
+        for p, v in ((0, g - 1), (g - 1, 0), (3, 17)):
+            assert hm[3][v][p] == pytest.approx(z[p, v], rel=1e-6)
+
+    sl = {t[0]: t[2] for t in _chart_traces(at, "slice") if t[0] in res.slice_q}
+    assert set(sl) == set(res.slice_q)
+    for name, q in res.slice_q.items():
+        np.testing.assert_allclose(sl[name], q, rtol=1e-6)

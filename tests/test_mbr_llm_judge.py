@@ -4,6 +4,7 @@ from scipy.optimize import minimize
 
 from engine import mbr_llm_judge as eng
 from engine.registry import ROOT
+from tests.pagetext import charts, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -548,3 +549,54 @@ def test_mbr_ties_go_to_the_lowest_index_despite_float_rounding():
     assert shared == [10, 5, 9, 10, 6]
     chosen, _ = eng.mbr_select(U)
     assert chosen[0] == 0
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_shows_each_methods_quality_and_marks_the_mbr_choice(default_result):
+    """The default page, read back: every bar carries its own method's quality, the caption quotes the judge's
+    quality on the lexical subset, the self-training lines are not swapped, and in the one-prompt heatmap the
+    star sits on the candidate with the highest mean judge score against the others (recomputed from the matrix),
+    whose diagonal (a candidate against itself) is left blank."""
+    res = default_result
+    at = open_page("mbr_llm_judge", seed=(("engine.mbr_llm_judge", eng.Config(), default_result),))
+    figs = charts(at)
+
+    bar = figs["bars"][0]
+    names = [str(x).replace("<br>", " ") for x in bar["x"]]
+    assert sorted(names) == sorted(res.q_methods)
+    for name, q in zip(names, values(bar["y"])):
+        assert q == pytest.approx(res.q_methods[name], abs=1e-12), name
+
+    vs_n = {t["name"]: (values(t["x"]), values(t["y"])) for t in figs["vs_n"]}
+    assert set(vs_n) == set(res.q_vs_n)
+    for name, q in res.q_vs_n.items():
+        np.testing.assert_allclose(vs_n[name][0], res.n_values)
+        np.testing.assert_allclose(vs_n[name][1], q)
+
+    cap = next(c.value for c in at.caption if "MBR lexical uses sacrebleu" in c.value)
+    assert f"the judge scores {res.metrics['q_MBR judge (lexical subset)']:.3f} on those" in cap
+    assert f"first {int(res.metrics['n_lexical_prompts'])} test prompts" in cap
+
+    st_lines = {t["name"]: values(t["y"]) for t in figs["selftrain"]}
+    np.testing.assert_allclose(st_lines["greedy"], res.st_greedy)
+    np.testing.assert_allclose(st_lines["MBR judge"], res.st_mbr)
+
+    # the p_know panel: best-of-N per judge knowledge against the level of MBR with the judge
+    pk = {t["name"]: values(t["y"]) for t in figs["pknow"]}
+    np.testing.assert_allclose(pk["best-of-N (reference-free judge)"], res.bon_vs_pknow)
+    np.testing.assert_allclose(pk["MBR judge"], res.q_methods["MBR judge"])
+    np.testing.assert_allclose(st_lines["base model's MBR"], res.q_methods["MBR judge"])
+
+    U = np.asarray(res.detail_U, float)
+    N = len(U)
+    expected = max(range(N), key=lambda i: (sum(U[i, j] for j in range(N) if j != i), -i))
+    hm = next(t for t in figs["heat"] if t["type"] == "heatmap")
+    starred = [k for k, label in enumerate(hm["y"]) if "★" in label]
+    assert starred == [expected]
+    assert hm["y"][expected].startswith(f"#{expected + 1} ")
+    z = np.array([values(row) for row in hm["z"]]) if isinstance(hm["z"], list) else values(hm["z"]).reshape(N, N)
+    assert np.all(np.isnan(np.diag(z)))
+    off = ~np.eye(N, dtype=bool)
+    np.testing.assert_allclose(z[off], U[off])

@@ -8,6 +8,7 @@ from scipy.special import erf
 
 from engine import mcqa_mechanics as eng
 from engine.core import InputError
+from tests.pagetext import charts, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -509,3 +510,51 @@ def test_prompt_slot_and_answer_are_read_from_the_text():
         opts = [words[p] for p in eng.OPT_POS]
         assert opts.index(colour) == slot and eng.LETTERS[ans] == _answer_from_ids(ids)
     assert (bt.slot != bt.answer).mean() > 0.5
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_quotes_the_top_heads_and_draws_each_series_where_it_belongs(res):
+    """The default page, read back: the caption names the k heads with the largest single-head recovery (ranked
+    here from the recovery matrix itself) with their own values, the random-set point sits at x = k with the mean
+    random recovery, the lens panel's two lines are the correct letter's and the other letters' mean logit, and
+    the pairs caption gives prompt A's accuracy before prompt B's."""
+    import re
+
+    at = open_page("mcqa_mechanics", seed=(("engine.mcqa_mechanics", eng.Config(), res),))
+    figs = charts(at)
+    k = eng.Config().top_k
+
+    hp = res.head_patch
+    flat = np.argsort(-hp, axis=None, kind="stable")[:k]
+    cap = next(c.value for c in at.caption if c.value.startswith("Top heads:"))
+    quoted = re.findall(r"L(\d+)H(\d+) \((-?[\d.]+)\)", cap)
+    assert len(quoted) == k
+    for (lay, head, val), idx in zip(quoted, flat):
+        la, h = np.unravel_index(idx, hp.shape)
+        assert (int(lay), int(head)) == (la + 1, h + 1)
+        assert float(val) == pytest.approx(hp[la, h], abs=0.006)
+
+    topk = {t["name"]: (values(t["x"]), values(t["y"])) for t in figs["topk"]}
+    xr, yr = topk[f"{k} random heads (mean)"]
+    assert xr[np.isfinite(yr)].tolist() == [k]
+    assert yr[np.isfinite(yr)][0] == pytest.approx(np.mean(res.random_k))
+    np.testing.assert_allclose(topk["top heads, patched together"][1], res.topk_curve)
+
+    lens = {t["name"]: values(t["y"]) for t in figs["lens-mean"]}
+    np.testing.assert_allclose(lens["correct letter"], res.lens_correct)
+    np.testing.assert_allclose(lens["other letters (mean)"], res.lens_other)
+
+    # where the top head looks: one softmax row over the positions, in the positions' order
+    attn = figs["attn-top"][0]
+    assert list(attn["x"]) == list(eng.POS_NAMES)
+    np.testing.assert_allclose(values(attn["y"]), res.attn_top, rtol=1e-6)
+    assert values(attn["y"]).sum() == pytest.approx(1.0, abs=1e-5)
+
+    m = res.metrics
+    pairs = next(c.value for c in at.caption if c.value.startswith("Accuracy on"))
+    assert f"prompt A {m['acc_pairs_a']:.3f}, prompt B {m['acc_pairs_b']:.3f}" in pairs
+    # logit[B's letter] - logit[A's letter] is negative where A is answered right, positive on B
+    assert m["ld_a"] < 0 < m["ld_b"]
+    assert f"{m['ld_a']:.2f} on A, {m['ld_b']:.2f} on B" in pairs

@@ -9,6 +9,7 @@ from sklearn.metrics.pairwise import cosine_similarity
 
 from engine import mixture_of_graphs as eng
 from engine.graphs import edge_homophily, edge_list
+from tests.pagetext import charts, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -490,3 +491,50 @@ def test_local_sparsify_lands_on_the_closest_reachable_edge_count(small):
         got = edge_list(eng.local_sparsify(A, dst, src, s, target)).shape[0]
         # (the rounding guard 1e-9 in the quota adds a few in-between counts at rho within 1e-9 of a step)
         assert abs(got - target) <= np.abs(reachable - target).min(), (target, got)
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_numbers_follow_the_result(default_result):
+    """The default page, read back: the MoG star sits at the router's sparsity and accuracy, the caption names the
+    global rule with the best accuracy at the matched edge count and the MoG's lead over it (both recomputed from
+    the matched accuracies), the per-region accuracy map has the noisy region in its first column, and the
+    per-region caption names each region's best sparsified graph with MoG's own value for that region."""
+
+    res = default_result
+    at = open_page("mixture_of_graphs", seed=(("engine.mixture_of_graphs", eng.Config(), default_result),))
+    figs = charts(at)
+
+    star = next(t for t in figs["acc-sparsity"] if t.get("name") == "MoG")
+    assert values(star["x"])[0] == pytest.approx(res.mog_sparsity)
+    assert values(star["y"])[0] == pytest.approx(res.mog_acc)
+
+    best = sorted(res.matched_acc.items(), key=lambda kv: -kv[1])[0]
+    lead = res.mog_acc - best[1]
+    assert lead >= eng.MARGIN_BAR        # the default run takes the caption's "ahead" branch
+    assert any(f"ahead of the best global rule ({best[0]}) by {lead:.3f}" in c.value for c in at.caption)
+
+    names = list(res.region_acc)
+    hm = next(t for t in figs["racc"] if t["type"] == "heatmap")
+    assert list(hm["x"]) == ["noisy region", "clean region"] and list(hm["y"]) == names
+    z = values(hm["z"])
+    for r, k in enumerate(names):
+        np.testing.assert_allclose(z[r], res.region_acc[k])
+
+    keep = next(t for t in figs["keep"] if t["type"] == "heatmap")
+    assert list(keep["y"]) == names
+    zk = values(keep["z"])
+    for r, k in enumerate(names):
+        np.testing.assert_allclose(zk[r], res.region_keep[k])
+    assert np.allclose(res.region_keep["full graph"], 1.0)     # the unpruned graph keeps every edge
+
+    cap = next(c.value for c in at.caption if c.value.startswith("Best sparsified graph per region"))
+    for r, region in enumerate(("noisy", "clean")):
+        pruned = {k: v[r] for k, v in res.region_acc.items() if k != "full graph"}
+        top = max(pruned.values())
+        leader = next(k for k in names if k in pruned and pruned[k] == top)
+        part = f"{region} region: {leader} {top:.2f}"
+        if leader != "MoG":
+            part += f" (MoG {res.region_acc['MoG'][r]:.2f})"
+        assert part in cap

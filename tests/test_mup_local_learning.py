@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import engine.mup_local_learning as eng
+from tests.pagetext import charts, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -331,3 +332,58 @@ def test_linear_study_badges_recomputed(default_result):
     assert m["b_sp_fixed_cos_fo_max"] == max(r.b_cos_fo[("SP", fixed)][big])
     ds = [eng.linear_directions(w, 1.0, "muP", r.config.cond, r.config.seed) for w in eng.B_WIDTHS]
     assert m["b_fo_gn_cos_mean"] == pytest.approx(np.mean([eng.cosine(d["fo"], d["gn"]) for d in ds]), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def _open_page(query=None, seed=()):
+    """The page opened with ``query``, and its charts: key -> traces, x and y as float arrays (None when absent)."""
+    at = open_page("mup_local_learning", query, seed=seed)
+    return at, {key: [{**t, "x": values(t.get("x")), "y": values(t.get("y"))} for t in data]
+                for key, data in charts(at).items()}
+
+
+def test_page_stars_best_lr_and_draws_each_parameterisations_own_numbers(default_result):
+    """The default page, read back: in each panel of the sweep every width's star sits on that width's lowest
+    finite final loss, the lr* panel gives each parameterisation its own log₂ lr*, and each linear-net panel draws
+    its own parameterisation's cosines."""
+    res = default_result
+    _, charts = _open_page(seed=(("engine.mup_local_learning", eng.Config(), default_result),))
+    sweep = charts["transfer"]
+    stars = [t for t in sweep if t.get("marker", {}).get("symbol") == "star"]
+    want = [(p, w) for p in range(len(res.param_names)) for w in range(len(res.widths))]
+    assert len(stars) == len(want)
+    log_lr = np.log2(res.lrs)
+    for (p, w), star in zip(want, stars):
+        row = res.final_loss[p, w]
+        k = int(np.nanargmin(np.where(np.isfinite(row), row, np.nan)))
+        assert star["x"][0] == pytest.approx(log_lr[k])
+        assert star["y"][0] == pytest.approx(row[k])
+
+    names = {"SP": "SP", "muP": "μP", "muP-GN": "μP-GN (γ ∝ M)"}
+    lrstar = {t["name"]: t["y"] for t in charts["lrstar"]}
+    for i, p in enumerate(res.param_names):
+        np.testing.assert_allclose(lrstar[names[p]], np.log2(res.lr_star[i]))
+
+    for pname in ("muP", "SP"):
+        lines = {t["name"]: t["y"] for t in charts[f"b-{pname}"]}
+        for sch in eng.B_SCHEDULES:
+            np.testing.assert_allclose(lines[f"cos(PC, first-order), {sch}"], res.b_cos_fo[(pname, sch)])
+            np.testing.assert_allclose(lines[f"cos(PC, Gauss–Newton), {sch}"], res.b_cos_gn[(pname, sch)])
+        np.testing.assert_allclose(lines["cos(first-order, GN)"], res.b_cos_fo_gn[pname])
+
+
+def test_page_without_mup_draws_the_first_chosen_curves():
+    """Without μP among the chosen parameterisations the training-curve panel falls back to the first chosen one
+    (SP here): its lines are SP's curves, one per width."""
+    cfg = eng.Config(params=("SP", "muP-GN"))
+    res = eng.run(cfg)
+    at, charts = _open_page({"params": "SP,muP-GN"}, seed=(("engine.mup_local_learning", cfg, res),))
+    curves = {t["name"]: t["y"] for t in charts["curves"]}
+    assert set(curves) == {f"width {w}" for w in res.widths}
+    sp = list(res.param_names).index("SP")
+    for j, w in enumerate(res.widths):
+        c = res.curves[sp, j]
+        np.testing.assert_allclose(curves[f"width {w}"], np.where(np.isfinite(c), c, np.nan))   # diverged: gap
+    assert any("SP: training loss" in h.value for h in at.get("html"))

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from engine import pqn as eng
+from tests.pagetext import charts, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -539,3 +540,46 @@ def test_greedy_return_counts_each_env_until_its_first_episode_ends():
         lengths.append(n)
     assert len(set(lengths)) > 1                                 # envs end at different steps
     assert got == pytest.approx(np.mean(lengths))
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_draws_every_seed_and_counts_the_diverged_ones(default_result):
+    """The default page, read back: each seed's |V| curve is that seed's own, the final-value panel puts each finite
+    final value where it is and every non-finite one at 1e30, the norm panel is the per-step median over the seeds
+    whose norm is still finite, and the caption's diverged counts are the seeds whose recorded max|V| went above
+    the threshold or stopped being finite (counted here from the curves)."""
+
+    res = default_result
+    at = open_page("pqn", seed=(("engine.pqn", eng.Config(), default_result),))
+    figs = charts(at)
+
+    curves = [t for t in figs["maxv"] if t.get("name")]
+    k = 0
+    for v in eng.VARIANTS:
+        for s in range(res.maxv[v].shape[0]):
+            assert curves[k]["name"] == eng.LABELS[v]
+            np.testing.assert_allclose(values(curves[k]["y"]), res.maxv[v][s])
+            k += 1
+    assert k == len(curves)
+
+    finals = {t["name"]: values(t["y"]) for t in figs["final"] if t.get("name")}
+    for v in eng.VARIANTS:
+        fv, y = res.final_maxv[v], finals[eng.LABELS[v]]
+        bad = ~np.isfinite(fv)
+        assert np.all(y[bad] == 1e30)
+        np.testing.assert_allclose(y[~bad], np.maximum(fv[~bad], 1e-30))
+    assert any((~np.isfinite(res.final_maxv[v])).any() for v in eng.VARIANTS)   # the 1e30 row is exercised
+
+    norms = {t["name"]: values(t["y"]) for t in figs["norm"]}
+    for v in eng.VARIANTS:
+        want = [np.median(col[np.isfinite(col)]) if np.isfinite(col).any() else np.nan for col in res.norm[v].T]
+        np.testing.assert_allclose(norms[eng.LABELS[v]], want, rtol=1e-9)
+
+    cap = next(c.value for c in at.caption if c.value.startswith("Seeds that diverged"))
+    for v in eng.VARIANTS:
+        mv = res.maxv[v]
+        went = np.any(~np.isfinite(mv) | (mv > eng.DIVERGE), axis=1)
+        assert f"{eng.LABELS[v]} {int(went.sum())} of {len(mv)}" in cap
+    assert any(np.any(~np.isfinite(res.maxv[v]) | (res.maxv[v] > eng.DIVERGE)) for v in eng.VARIANTS)

@@ -9,6 +9,7 @@ from scipy.linalg import expm
 from scipy.optimize import minimize
 
 import engine.qnn_ansatz as eng
+from tests.pagetext import charts, open_page, values
 
 X = np.array([[0, 1], [1, 0]], dtype=complex)
 Y = np.array([[0, -1j], [1j, 0]])
@@ -416,3 +417,47 @@ def test_design_panel_rebuilt_for_two_qubits(small_uniform):
 def test_one_qubit_clifford_to_t_bar_is_sin_pi_over_8(default_result):
     assert default_result.clifford_size == 24
     assert default_result.t_distance[0] == pytest.approx(math.sin(math.pi / 8), abs=1e-12)
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_pairs_each_bound_and_probability_with_its_own_sample(default_result):
+    """The default page, read back: the B₂ markers sit at the per-gate bounds and the B₁ markers at the paper's
+    bound (every marker at or left of the diagonal c = bound), the Helstrom line is ½(1 + c) point by point with c
+    ascending, the sweep's middle line is each parameter count's median distance, and each T-gate bar is its own
+    ensemble's distance."""
+
+    res = default_result
+    at = open_page("qnn_ansatz", seed=(("engine.qnn_ansatz", eng.Config(), default_result),))
+    figs = charts(at)
+
+    sc = {t["name"].split(" =")[0]: (values(t["x"]), values(t["y"])) for t in figs["scatter"]}
+    x1, y1 = sc["vs paper bound B₁"]
+    x2, y2 = sc["vs per-gate bound B₂"]
+    np.testing.assert_allclose(x1, res.b1)
+    np.testing.assert_allclose(x2, res.b2)
+    assert np.all(y2 <= x2 + 1e-9) and np.all(x2 <= x1 + 1e-9) and np.any(x2 < x1 - 1e-6)
+
+    line = next(t for t in figs["hist"] if t["type"] == "scatter")
+    xc, yh = values(line["x"]), values(line["y"])
+    assert np.all(np.diff(xc) >= 0)
+    np.testing.assert_allclose(np.sort(xc), np.sort(res.c))
+    np.testing.assert_allclose(yh, 0.5 * (1 + xc), atol=1e-6)
+
+    mid = next(t for t in figs["sweep"] if t.get("name") == "median c")
+    np.testing.assert_allclose(values(mid["x"]), res.sweep_p)
+    np.testing.assert_allclose(values(mid["y"]), [np.median(row) for row in res.sweep_c])
+
+    # frame potential: an exact 2-design (the Clifford group) scores the Haar value 2; the bars keep their names
+    fp = dict(zip(figs["frame"][0]["x"], values(figs["frame"][0]["y"])))
+    assert set(fp) == set(res.design_names)
+    assert fp[next(n for n in fp if n.startswith("Clifford"))] == pytest.approx(2.0, abs=1e-9)
+    for n, v in zip(res.design_names, res.frame_potential):
+        assert fp[n] == pytest.approx(v)
+
+    bar = figs["tdist"][0]
+    names = list(res.design_names)
+    for n, v in zip(bar["x"], values(bar["y"])):
+        assert v == pytest.approx(res.t_distance[names.index(n)])
+    assert len(bar["x"]) == int(np.sum(~np.isnan(res.t_distance)))

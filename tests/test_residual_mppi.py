@@ -8,6 +8,7 @@ import scipy.linalg
 from scipy.stats import multivariate_normal
 
 from engine import residual_mppi as eng
+from tests.pagetext import chart_traces, charts, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -208,17 +209,17 @@ def test_closed_form_check_caps_the_planner_work():
 
 
 def test_page_shows_the_closed_form_check():
-    from streamlit.testing.v1 import AppTest
-
-    from engine.registry import ROOT
-
-    at = AppTest.from_file(str(ROOT / "pages" / "residual_mppi.py"), default_timeout=180)
-    at.query_params["closed_form"] = "true"
-    at.run()
-    assert not at.exception
+    at = open_page("residual_mppi", {"closed_form": "true"}, timeout=180)
     assert any("Closed-form check" in h.value for h in at.subheader)
     assert any("Share of the way" in str(c.proto.spec) for c in at.get("plotly_chart"))
     assert any("Prior is 0 and the optimum 1" in c.value for c in at.caption)
+    # the settings caption quotes Residual's and Greedy's shares: the bars of those two variants
+    bar = chart_traces(at, "closed_form")[0]
+    share = dict(zip(bar["x"], values(bar["y"])))
+    cap = next(c.value for c in at.caption if "of the way from the prior to the optimum" in c.value)
+    assert f"Residual-MPPI gets {share['Residual-MPPI']:.2f} of the way" in cap
+    assert f"Greedy-MPPI {share['Greedy-MPPI']:.2f}: both" in cap
+    assert f"{share['Residual-MPPI']:.2f}" != f"{share['Greedy-MPPI']:.2f}"      # 0.63 and 0.62 when measured
 
 
 def test_truncated_residual_gain_two_ways_and_its_limits():
@@ -416,3 +417,61 @@ def test_few_shot_refits_on_all_of_the_planners_own_data(monkeypatch):
     res = eng.run(eng.Config(model="few_shot", n_samples=64, horizon=5))
     assert sizes == [2000, eng.N_STEPS, 2 * eng.N_STEPS, 3 * eng.N_STEPS]
     assert [r["round"] for r in res.rounds] == [0, 1, 2]
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def _page_charts(query=None, seed=()):
+    at = open_page("residual_mppi", query, seed=seed)
+    return at, charts(at)
+
+
+def test_page_reward_curves_and_summary_bars_follow_each_variants_episode(default_result):
+    """The default page, read back: the cumulative curves are running sums of each variant's own basic and add-on
+    rewards, and the three bar panels are, in order, the summed basic reward, minus the summed add-on reward and
+    the distance of the last state's position from the goal (recomputed from the rewards and the trajectory)."""
+    res = default_result
+    _, charts = _page_charts(seed=(("engine.residual_mppi", eng.Config(), default_result),))
+    basic = {t["name"]: values(t["y"]) for t in charts["basic"]}
+    addon = {t["name"]: values(t["y"]) for t in charts["addon"]}
+    for v in res.traj:
+        np.testing.assert_allclose(basic[f"{v} basic"], np.cumsum(res.basic_r[v]))
+        np.testing.assert_allclose(addon[f"{v} add-on"], np.cumsum(res.addon_r[v]))
+    assert any(np.any(res.addon_r[v] != 0) for v in res.traj)
+    paths = {t["name"]: (values(t["x"]), values(t["y"])) for t in charts["traj"] if t.get("name")}
+    for v, tr in res.traj.items():
+        np.testing.assert_allclose(paths[v][0], tr[:, 0])          # x position
+        np.testing.assert_allclose(paths[v][1], tr[:, 1])          # y position
+    assert (paths["start"][0][0], paths["start"][1][0]) == pytest.approx((eng.S0[0], eng.S0[1]))
+    assert (paths["goal"][0][0], paths["goal"][1][0]) == (0, 0)
+
+    want = [{v: float(np.sum(res.basic_r[v])) for v in res.traj},
+            {v: float(-np.sum(res.addon_r[v])) for v in res.traj},
+            {v: float(np.hypot(*res.traj[v][-1, :2])) for v in res.traj}]
+    for i, expected in enumerate(want):
+        bar = charts[f"bar{i}"][0]
+        got = dict(zip(bar["x"], values(bar["y"])))
+        assert set(got) == set(expected)
+        for v in expected:
+            assert got[v] == pytest.approx(expected[v], rel=1e-9, abs=1e-12), (i, v)
+
+
+def test_page_gain_panels_draw_the_closed_forms_they_name():
+    """With the quadratic add-on the two gain panels draw, under each name, that closed form: one infinite-sample
+    MPPI step, the truncated residual LQR of each horizon, the prior's gain and the customised optimum."""
+    cfg = eng.Config(addon="stay_low")
+    _, charts = _page_charts({"addon": "stay_low"})
+    A, B = eng.dynamics_matrices()
+    omega = cfg.w_logp / eng.ALPHA
+    K_c = eng.riccati(A, B, omega * eng.Q_BASIC + eng.Q_STAY_LOW, omega * eng.R_BASIC, cfg.gamma)[1]
+    K_pi = eng.Prior(cfg.gamma).K
+    for i, j in ((1, 1), (1, 3)):
+        lines = {t["name"]: (values(t["x"]), values(t["y"])) for t in charts[f"gain_{i}{j}"]}
+        H = lines["one MPPI step, infinite samples (closed form)"][0].astype(int)
+        step = [eng.mppi_step_gain(h, cfg.sigma, cfg.lam, cfg.gamma, omega)[i, j] for h in H]
+        trunc = [eng.truncated_residual_gain(h, cfg.gamma, omega)[i, j] for h in H]
+        np.testing.assert_allclose(lines["one MPPI step, infinite samples (closed form)"][1], step, rtol=1e-6)
+        np.testing.assert_allclose(lines["truncated residual LQR (closed form)"][1], trunc, rtol=1e-6)
+        np.testing.assert_allclose(lines["prior K_π"][1], K_pi[i, j])
+        np.testing.assert_allclose(lines["customised optimum K_c"][1], K_c[i, j])

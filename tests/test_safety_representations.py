@@ -7,6 +7,7 @@ import pytest
 
 from engine import safety_representations as eng
 from engine.core import InputError
+from tests.pagetext import charts, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -583,3 +584,61 @@ def test_episode_ends_and_labels_on_a_map_where_every_move_ends_the_episode(monk
     # here E episodes end on the window edge at step 4 000 (125 E): they belong to the window that step closes
     r = eng.run(eng.Config(grid="cross", env_steps=5_000, n_seeds=1, oracle=False))
     _check_success_windows(r, {("srpl", 0): out, ("baseline", 0): eng._train("baseline", cfg, 0)})
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_histograms_bands_and_success_caption_follow_the_result(res):
+    """The default page, read back (then opened on another cell through its link): the steps-to-cost bars of the picked cell are
+    the model's and the exact distribution under their own names, each bin is labelled with the steps δ it holds
+    (from the class rule min(⌊(δ − 1)/b⌋, K − 1)), the 'cost within ~2 steps' maps sum the bins of δ ≤ 2 on land
+    and leave water blank, the cumulative-violation bands span the seeds' range, and the caption's greedy success
+    is the seed mean."""
+    cfg = eng.Config()
+    at = open_page("safety_representations", seed=(("engine.safety_representations", eng.Config(), res),))
+    ch = charts(at)
+
+    # bin labels from the class rule of "how it works"
+    K = res.pred_dist.shape[-1]
+    members = {k: [d for d in range(1, cfg.horizon + 1) if min((d - 1) // cfg.bin_size, K - 1) == k] for k in range(K)}
+    labels = [f"≥ {members[k][0]}" if k == K - 1 else
+              (str(members[k][0]) if len(members[k]) == 1 else f"{members[k][0]}–{members[k][-1]}") for k in range(K)]
+
+    land = [(i, j) for i in range(res.water.shape[0]) for j in range(res.water.shape[1]) if not res.water[i, j]]
+    bars = {t["name"]: t for t in ch["hist"]}
+    assert list(bars["S2C prediction"]["x"]) == labels
+    np.testing.assert_allclose(values(bars["S2C prediction"]["y"]), res.pred_dist[land[0]])
+    np.testing.assert_allclose(values(bars["exact"]["y"]), res.exact_dist[land[0]])
+
+    near = [k for k in range(K - 1) if members[k] and members[k][0] <= 2]
+    for key, dist in (("pred", res.pred_dist), ("exact", res.exact_dist)):
+        z = values(next(t for t in ch[key] if t["type"] == "heatmap")["z"])
+        assert np.all(np.isnan(z[res.water]))
+        np.testing.assert_allclose(z[~res.water], dist[..., near].sum(-1)[~res.water], rtol=1e-6)
+
+    lines = ch["cost"]
+    for v in res.variants:
+        k = next(i for i, t in enumerate(lines) if t.get("name") == eng.LABELS[v])
+        band = values(lines[k - 1]["y"])
+        n = res.cum_cost[v].shape[1]
+        np.testing.assert_allclose(band[:n], res.cum_cost[v].max(0))
+        np.testing.assert_allclose(band[n:][::-1], res.cum_cost[v].min(0))
+        np.testing.assert_allclose(values(lines[k]["y"]), res.cum_cost[v].mean(0))
+
+    cap = next(c.value for c in at.caption if c.value.startswith("Greedy success after training"))
+    for v in res.variants:
+        assert f"{eng.LABELS[v]} {np.mean(res.eval_success[v]):.2f}" in cap
+    assert any(np.ptp(res.eval_success[v]) >= 0.01 for v in res.variants)
+
+    # the picked cell is a view setting bound to the URL: a link with it opens on that cell's histogram
+    other = land[5]
+    at = open_page("safety_representations", {"cell": f"{other[0]},{other[1]}"},
+                   seed=(("engine.safety_representations", eng.Config(), res),))
+    assert at.selectbox(key="safety-representations:cell").value == f"{other[0]},{other[1]}"
+    bars = {t["name"]: t for t in charts(at)["hist"]}
+    np.testing.assert_allclose(values(bars["S2C prediction"]["y"]), res.pred_dist[other])
+    np.testing.assert_allclose(values(bars["exact"]["y"]), res.exact_dist[other])
+    assert any(f"from row {other[0]}, col {other[1]} " in h.value for h in at.get("html"))
+    at.selectbox(key="safety-representations:cell").set_value(f"{land[2][0]},{land[2][1]}").run()
+    assert at.query_params["cell"] in (f"{land[2][0]},{land[2][1]}", [f"{land[2][0]},{land[2][1]}"])

@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from engine import graphs as G
 from engine import spectral_rewiring as eng
 from engine.core import InputError
+from tests.pagetext import charts, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -626,3 +627,47 @@ def test_edit_counts_follow_the_stored_edits_when_a_method_falls_short(spied_sma
             assert (res.n_added[ri, mi, 0], res.n_removed[ri, mi, 0]) == (len(add), len(rem)), (reg, m)
             counts.append((len(add), len(rem)))
     assert any(a != r for a, r in counts)       # the case this checks: fewer deletions than additions
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_numbers_for_the_chosen_labeling_follow_the_result(default_result):
+    """The page opened on the misaligned labeling and FeaSt, read back: the title of the rewired drawing quotes the
+    edge homophily of the first seed's graph before and after the rewiring, recomputed here from the edge list, the
+    removed and added edges and the misaligned labels; the left drawing colours nodes by the misaligned labels;
+    and each accuracy bar's error bar is the spread over seeds of that labeling and method."""
+
+    res = default_result
+    at = open_page("spectral_rewiring", {"labels": "misaligned", "rewiring": "feast"},
+                   seed=(("engine.spectral_rewiring", eng.Config(), default_result),))
+    ch = charts(at)
+
+    r_i = list(res.regimes).index("misaligned")
+    y = np.asarray(res.labels[r_i])
+
+    def homophily(edges):
+        edges = np.asarray(edges).reshape(-1, 2)
+        return float(np.mean(y[edges[:, 0]] == y[edges[:, 1]]))
+
+    removed = {tuple(sorted(map(int, e))) for e in res.removed["misaligned/feast"]}
+    after = [e for e in map(tuple, res.edges.tolist()) if tuple(sorted(e)) not in removed]
+    after += [tuple(map(int, e)) for e in res.added["misaligned/feast"]]
+    assert removed and len(res.added["misaligned/feast"])
+    title = next(h.value for h in at.get("html") if "FeaSt" in h.value and "homophily" in h.value)
+    assert f"homophily {homophily(res.edges):.3f} → {homophily(after):.3f}" in title
+
+    # colour by label: one colour per misaligned label, a different one for each label
+    nodes = [t for t in ch["before"] if t.get("mode") == "markers"][0]
+    colours = nodes["marker"]["color"]
+    by_label = {}
+    for lab, col in zip(y, colours):
+        by_label.setdefault(int(lab), set()).add(col)
+    assert all(len(c) == 1 for c in by_label.values()) and len(set.union(*by_label.values())) == len(by_label)
+
+    acc = {t["name"]: t for t in ch["bar-acc"]}
+    for reg in res.regimes:
+        k = list(res.regimes).index(reg)
+        bar = next(t for name, t in acc.items() if name.lower().startswith(reg))
+        np.testing.assert_allclose(values(bar["y"]), res.accuracy[k].mean(-1))
+        np.testing.assert_allclose(values(bar["error_y"]["array"]), res.accuracy[k].std(-1))

@@ -9,6 +9,7 @@ from scipy.stats import spearmanr
 
 from engine import trackstar_tda as eng
 from engine.core import InputError
+from tests.pagetext import charts, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -723,3 +724,47 @@ def test_custom_hessian_without_adam_whitens_the_raw_gradients(ckpt):
     lam = et[k] / (eq[k] + et[k])
     ref = _whitened_cosines(fq, fp, lam * Rq + (1 - lam) * Rt)
     assert np.allclose(scores["custom"], ref, atol=2e-4)
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_with_another_method_draws_that_methods_numbers():
+    """The page opened with "+ Adam correction" as the table's method, read back: the per-query scatter draws BM25
+    and that method (each point its own first stating rank and tail-patch gain), the attribution bars carry MRR,
+    recall@10 and precision@10 under their own names, the top-10 table ticks a BM25 passage exactly when it states
+    the fact (and the method's column likewise), and the red marks on the norm histogram sit at the gradient norms
+    of the passages grad·grad lists most often."""
+    cfg = eng.Config(method="adam_cos")
+    res = eng.run(cfg)
+    at = open_page("trackstar_tda", {"method": "adam_cos"}, seed=(("engine.trackstar_tda", cfg, res),))
+    ch = charts(at)
+
+    pts = {t["name"]: (values(t["x"]), values(t["y"])) for t in ch["misalign"]}
+    assert set(pts) == {"BM25", "+ Adam correction"}
+    for k, name in (("bm25", "BM25"), ("adam_cos", "+ Adam correction")):
+        np.testing.assert_allclose(pts[name][0], res.first_rank[k])
+        np.testing.assert_allclose(pts[name][1], res.tp_per_query[k])
+    assert not np.allclose(res.tp_per_query["adam_cos"], res.tp_per_query["trackstar"])
+
+    bars = {t["name"]: values(t["y"]) for t in ch["attr"]}
+    np.testing.assert_allclose(bars["MRR"], res.mrr)
+    np.testing.assert_allclose(bars["recall@10"], res.recall10)
+    np.testing.assert_allclose(bars["precision@10"], res.precision10)
+    assert not np.allclose(res.recall10, res.precision10)
+
+    table = next(d.value for d in at.dataframe if "BM25 score" in d.value.columns)
+    assert len(table) == len(res.table)
+    for shown, row in zip(table.to_dict("records"), res.table):
+        assert shown["BM25"] == ("✅ " if row["bm25 proponent"] else "") + row["bm25 passage"]
+        assert shown["+ Adam correction"] == ("✅ " if row["adam_cos proponent"] else "") + row["adam_cos passage"]
+    assert any(r["bm25 proponent"] != r["adam_cos proponent"] for r in res.table)
+
+    # tail-patch bars: each method's mean over the sampled queries of its per-query gain
+    tp = ch["tailpatch"][0]
+    np.testing.assert_allclose(values(tp["y"]), [np.mean(res.tp_per_query[k]) for k in res.methods], rtol=1e-5)
+    np.testing.assert_allclose(values(tp["error_y"]["array"]), res.tp_se, rtol=1e-6)
+
+    marks = next(t for t in ch["norms"] if t["type"] == "scatter")
+    np.testing.assert_allclose(values(marks["x"]), [res.grad_norms[int(i)] for i in res.frequent_dot])
+    assert marks["text"] == [f"in {c} top-10 lists" for c in res.frequent_dot_count]

@@ -6,6 +6,7 @@ import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 from engine import ub_gold as eng
+from tests.pagetext import charts, open_page, values
 
 
 def _nx(g):
@@ -447,3 +448,46 @@ def test_difficulty_sets_each_scenarios_anomaly_strength(d):
     extra = [g.A.sum() / 2 - len(g.A) for g in rings]
     assert all(e <= kk for e, kk in zip(extra, k))
     assert np.mean(extra) >= 0.7 * np.mean(k)
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_table_winners_and_score_curves_follow_scikit_learn(default_result):
+    """The default page, read back: the AUROC and AUPRC heatmaps hold scikit-learn's roc_auc_score and
+    average_precision_score of each detector's scores on each scenario (rows detectors, columns scenarios), the
+    caption names each scenario's best detector by that AUROC with its value, and each score panel draws the
+    sorted scores of the normal and of the anomalous test graphs under those names."""
+
+    res = default_result
+    at = open_page("ub_gold", seed=(("engine.ub_gold", eng.Config(), default_result),))
+    ch = charts(at)
+
+    ref = {"AUROC": np.zeros((len(eng.METHODS), len(eng.SCENARIOS))), "AUPRC": None}
+    ref["AUPRC"] = np.zeros_like(ref["AUROC"])
+    for i, mth in enumerate(eng.METHODS):
+        for j, sc in enumerate(eng.SCENARIOS):
+            y, s = res.labels[sc], res.scores[sc][mth]
+            ref["AUROC"][i, j] = roc_auc_score(y, s)
+            ref["AUPRC"][i, j] = average_precision_score(y, s)
+    for metric, want in ref.items():
+        hm = next(t for t in ch[f"table-heat-{metric}"] if t["type"] == "heatmap")
+        assert list(hm["x"]) == list(eng.SCENARIOS) and list(hm["y"]) == list(eng.METHODS)
+        np.testing.assert_allclose(values(hm["z"]), want, atol=1e-9)
+
+    cap = next(c.value for c in at.caption if c.value.startswith("Best AUROC per scenario"))
+    for j, sc in enumerate(eng.SCENARIOS):
+        best = int(np.argmax(ref["AUROC"][:, j]))
+        assert f"{sc}: {eng.METHODS[best]} ({ref['AUROC'][best, j]:.2f})" in cap
+
+    cont = {t["name"]: values(t["y"]) for t in ch["contamination"]}
+    for i, mth in enumerate(eng.METHODS):
+        np.testing.assert_allclose(cont[mth], [np.mean(res.cont_auroc[li, i, :]) for li in range(len(res.contamination))])
+
+    for sc in eng.SCENARIOS:
+        y = res.labels[sc]
+        for mth in eng.METHODS:
+            lines = {t["name"]: values(t["y"]) for t in ch[f"scores-{sc}-{mth}"]}
+            s = res.scores[sc][mth]
+            np.testing.assert_allclose(lines["normal"], sorted(s[y == 0]))
+            np.testing.assert_allclose(lines["anomalous"], sorted(s[y == 1]))

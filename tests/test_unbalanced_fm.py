@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from engine import unbalanced_fm as eng
+from tests.pagetext import charts, open_page, values
 
 
 @pytest.fixture(scope="module")
@@ -479,3 +480,57 @@ def test_claim_error_badge_scales_the_acceptance_error_by_its_own_tolerance(monk
     assert r.metrics["claim1_err"] == pytest.approx(max(dz, dtv), rel=1e-9)
     (c,) = [c for c in eng.claims(r) if c.label == "worst error in tolerance units"]
     assert not c.passed
+
+
+# ----------------------------------------------------------------------------- what the page draws
+
+
+def test_page_tiles_valid_points_and_trajectories_follow_the_outputs(default_result):
+    """The default page, read back: each 'Valid' tile is the share of that flow's outputs within 3σ₁ of a target
+    mode centre (recomputed here from the outputs), each landing panel draws green exactly the points within that
+    distance and red the others, the trade-off panel draws each closed-form curve under its own name, and the
+    unbalanced trajectory panel ends where the unbalanced flow's particles end."""
+
+    res = default_result
+    at = open_page("unbalanced_fm", seed=(("engine.unbalanced_fm", eng.Config(), default_result),))
+    ch = charts(at)
+
+    def near(points):
+        d = np.sqrt(((points[:, None, :] - res.mu1[None]) ** 2).sum(-1)).min(1)
+        return d <= 3 * res.sigma1
+
+    names = list(res.outputs)
+    tiles = {mt.label: mt.value for mt in at.metric}
+    shown = [tiles["Valid: standard FM"], next(v for k, v in tiles.items() if k.startswith("Valid: unbalanced")),
+             tiles["Valid: A + relaxation B"]]
+    for name, value in zip(names, shown):
+        assert value == f"{np.mean(near(res.outputs[name])):.2f}", name
+    assert len(set(shown)) == 3
+
+    for i, name in enumerate(names):
+        tr = {t["name"]: t for t in ch[f"out{i}"] if t["name"] in ("valid", "not valid")}
+        for label, inside in (("valid", True), ("not valid", False)):
+            pts = np.column_stack([values(tr[label]["x"]), values(tr[label]["y"])])
+            assert np.all(near(pts) == inside), (name, label)
+        n_valid, n_bad = len(values(tr["valid"]["x"])), len(values(tr["not valid"]["x"]))
+        assert n_valid + n_bad == min(1500, len(res.outputs[name]))
+        assert n_valid == int(near(res.outputs[name][:1500]).sum())
+
+    # share of each flow's outputs whose nearest target centre is mode k, next to the target weights
+    modes = {t["name"]: values(t["y"]) for t in ch["modes"]}
+    np.testing.assert_allclose(modes["target weights w₁"], res.w1)
+    for name, pts in res.outputs.items():
+        nearest = ((pts[:, None, :] - res.mu1[None]) ** 2).sum(-1).argmin(1)
+        np.testing.assert_allclose(modes[name], np.bincount(nearest, minlength=len(res.w1)) / len(pts), atol=1e-9)
+
+    curves = {t["name"]: values(t["y"]) for t in ch["tradeoff"]}
+    np.testing.assert_allclose(curves["acceptance Z(τ)"], res.curve_z)
+    np.testing.assert_allclose(curves["TV(q₁, p₁)"], res.curve_tv1)
+    np.testing.assert_allclose(curves["TV(q₀, p₀)"], res.curve_tv0)
+    np.testing.assert_allclose(curves["mean kept ‖x₁−x₀‖² / 4"], res.curve_len2 / 4)
+
+    for key, traj in (("trajs", res.traj_standard), ("traju", res.traj_unbalanced)):
+        end = next(t for t in ch[key] if t["name"] == "end")
+        np.testing.assert_allclose(values(end["x"]), traj[-1, :, 0])
+        np.testing.assert_allclose(values(end["y"]), traj[-1, :, 1])
+    assert not np.allclose(res.traj_standard[-1], res.traj_unbalanced[-1])
