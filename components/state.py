@@ -90,6 +90,46 @@ def page_revision(slug: str) -> str | None:
     return revision_of(module_file, ROOT / "assets" / slug)
 
 
+# The URL entry that records how the server that made a link does its float arithmetic (see page_arithmetic).
+HW_PARAM = "hw"
+
+
+@functools.cache
+def page_arithmetic(slug: str) -> str | None:
+    """Six hex digits that name how this server does a page's float arithmetic, or None for a page outside the
+    registry.
+
+    A seeded run repeats bit for bit only where the arithmetic is the same: the kind of CPU (its architecture and
+    the most advanced numpy kernels it runs, ``components.seed_notes.machine``), the numpy, scipy and torch
+    versions, and, for an engine that follows the device choice, the device (a GPU does its sums in another
+    order). Runs that amplify last-digit differences (training that overfits, sampling chains, online RL) can end
+    elsewhere when any of these differ, so a link records them and a server of another kind says so."""
+    import importlib
+    from importlib import metadata
+
+    from components.seed_notes import machine
+    from engine.core.device import device_label, follows_device
+    from engine.registry import PAPERS
+    paper = next((p for p in PAPERS if p.slug == slug), None)
+    if paper is None or not paper.module:
+        return None
+    parts = [machine()]
+    for dist in ("numpy", "scipy", "torch"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist} absent")
+    device = device_label(load_torch=True) if follows_device(importlib.import_module(paper.module)) else "CPU"
+    parts.append("CPU" if device.startswith("CPU") else device)
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:6]
+
+
+def _quoted(value: Any) -> str:
+    """A link's value as a notice may quote it: letters and digits only, at most 16 (nothing a user could forge
+    into Markdown)."""
+    return "".join(c for c in str(value) if c.isascii() and c.isalnum())[:16] or "?"
+
+
 def widget_key(slug: str, name: str) -> str:
     return f"{slug}:{name}"
 
@@ -165,7 +205,9 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     current = _params.upgrade_query(config_cls, {k: qp.get(k) for k in qp.keys()})   # old links: renamed names
     seen = st.session_state.get(_seen_key(slug))
     rev = page_revision(slug)
-    known = set(specs) | set(VIEW_PARAMS.get(slug, ())) | ({REV_PARAM} if rev else set())
+    hw = page_arithmetic(slug) if rev else None
+    known = set(specs) | set(VIEW_PARAMS.get(slug, ())) | ({REV_PARAM} if rev else set()) | (
+        {HW_PARAM} if hw else set())
     if seen and (not any(name in current for name in specs) or any(name not in known for name in current)):
         # A URL with no settings of this page in it (the menu's link to the page, the bare entry Streamlit adds to the
         # browser history when it switches pages, or, seen under load, another page's query string arriving with
@@ -175,11 +217,13 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     from_url = any(widget_key(slug, name) not in st.session_state for name in specs) or (
         seen is not None and current != seen)
 
-    stale_link = None
+    stale_link = other_arithmetic = None
     if from_url:
         st.session_state[f"{slug}::initial_qp"] = current
         if rev and REV_PARAM in current and str(current[REV_PARAM]) != rev:
-            stale_link = "".join(c for c in str(current[REV_PARAM]) if c.isascii() and c.isalnum())[:16] or "?"
+            stale_link = _quoted(current[REV_PARAM])
+        if hw and HW_PARAM in current and str(current[HW_PARAM]) != hw:
+            other_arithmetic = _quoted(current[HW_PARAM])
         for name in VIEW_PARAMS.get(slug, ()):
             st.session_state.pop(widget_key(slug, name), None)   # bind_view re-reads it from the URL too
         for name in current:
@@ -256,6 +300,8 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     params = {name: specs[name].to_str(getattr(cfg, name)) for name in specs}
     if rev:
         params[REV_PARAM] = rev
+    if hw:
+        params[HW_PARAM] = hw
     for k in VIEW_PARAMS.get(slug, ()):          # view-only widgets keep their own URL entries
         fresh = None if from_url else _view_widget_str(slug, k)
         if fresh is not None:
@@ -275,6 +321,12 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
         st.info(f"This link was made with another version of this page (revision `{stale_link}`; this one is "
                 f"`{rev}`): its code or its shipped models have changed since. The link's settings are restored, "
                 "but the results may differ from what its sender saw.", icon=":material/history:")
+    elif other_arithmetic is not None:
+        st.info(f"This link was made on a server that does its float arithmetic differently (arithmetic "
+                f"`{other_arithmetic}`; this one is `{hw}`): another kind of CPU, other numpy, scipy or torch "
+                "versions, or a GPU. The link's settings are restored. Runs that amplify last-digit differences "
+                "(training, sampling chains, online RL) can end elsewhere, so numbers may differ from what its "
+                "sender saw, and a badge close to its bar can change verdict.", icon=":material/memory:")
     if notices:
         st.warning("Some link parameters could not be used:\n\n" + "\n".join(f"- {n}" for n in notices),
                    icon=":material/link_off:")
@@ -381,10 +433,14 @@ def share_link(config, container=None) -> str:
     link = f"{base}?{query}"
     with container.expander("Copy link to this view", icon=":material/link:"):
         st.code(link, language=None, wrap_lines=True)
-        rev = page_revision(st.session_state.get(PAGE_SLUG_KEY, ""))
+        slug = st.session_state.get(PAGE_SLUG_KEY, "")
+        rev = page_revision(slug)
+        hw = page_arithmetic(slug) if rev else None
+        where = (f" on a server that does its float arithmetic the same way (`{hw}`: CPU kind, numpy, scipy and "
+                 "torch versions, device); a link opened on a later revision or on a server of another kind says so."
+                 if hw else "; a link opened on a later revision says so.")
         st.caption("Opening this link reproduces these settings and therefore the same results"
-                   + (f" while the page is at revision `{rev}` (its code and shipped models); a link opened on a "
-                      "later revision says so." if rev else "."))
+                   + (f" while the page is at revision `{rev}` (its code and shipped models){where}" if rev else "."))
     return query
 
 

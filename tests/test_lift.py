@@ -730,3 +730,21 @@ def test_page_boxes_and_pca_points_belong_to_what_they_name(default_result):
     pts = {d["name"]: d for d in figs["pca"]["data"]}
     assert len(values(pts["task adapters θᵢ"]["x"])) == cfg.n_tasks
     np.testing.assert_allclose(values(pts["φ samples"]["x"]), r.pca_phi[:, 0])
+
+
+def test_linear_adapter_panels_draw_the_exact_posterior_and_the_chain():
+    """Away from the defaults (linear adapter): the exact-mean panel puts the closed-form mean at ± 2 posterior sd
+    (not 2 variances) beside the chain mean, and the ratio panel shows chain variance over exact variance, each
+    read back from the page and checked against the engine's moments recomputed here."""
+    cfg = eng.Config(adapter="linear", iters=500, burn=100)
+    r = eng.run(cfg)
+    at = open_page("lift", {"adapter": "linear", "iters": "500", "burn": "100"}, seed=(("engine.lift", cfg, r),))
+    figs = figures(at)
+    mean_tr = {d["name"]: d for d in figs["exact-mean"]["data"]}
+    exact = mean_tr["exact mean ± 2 sd"]
+    np.testing.assert_allclose(values(exact["y"]), r.exact["exact_mean"])
+    np.testing.assert_allclose(values(exact["error_y"]["array"]), 2 * r.exact["exact_var"] ** 0.5)
+    np.testing.assert_allclose(values(mean_tr["chain mean"]["y"]), r.exact["chain_mean"])
+    ratio = values(figs["exact-var"]["data"][0]["y"])
+    np.testing.assert_allclose(ratio, r.exact["chain_var"] / r.exact["exact_var"])
+    assert not np.allclose(r.exact["exact_var"] ** 0.5, r.exact["exact_var"])       # sd and variance differ here

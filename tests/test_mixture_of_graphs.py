@@ -538,3 +538,16 @@ def test_page_numbers_follow_the_result(default_result):
         if leader != "MoG":
             part += f" (MoG {res.region_acc['MoG'][r]:.2f})"
         assert part in cap
+
+
+def test_page_timing_bars_are_each_graphs_own_median(default_result):
+    """The inference-time bars: "full graph" is the median of the full graph's timed rounds and "MoG graph" the
+    median of the MoG graph's, in ms (recomputed here from the raw rounds, which the engine keeps apart). The two
+    medians differ at the default, so bars with swapped labels or values fail."""
+    res = default_result
+    at = open_page("mixture_of_graphs", seed=(("engine.mixture_of_graphs", eng.Config(), default_result),))
+    bar = charts(at)["time"][0]
+    assert list(bar["x"]) == ["full graph", "MoG graph"]
+    want = [np.median(res.time_full) * 1e3, np.median(res.time_mog) * 1e3]
+    np.testing.assert_allclose(values(bar["y"]), want, rtol=1e-12)
+    assert want[0] != pytest.approx(want[1], rel=1e-3)

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from components.state import REV_PARAM, page_revision, revision_of
+from components.state import HW_PARAM, REV_PARAM, page_arithmetic, page_revision, revision_of
 from engine.core.params import Float, Int, Text, defaults, random_config, to_query, widget_specs
 from engine.registry import PAPERS, ROOT, built_papers
 
@@ -328,7 +328,8 @@ def test_page_shared_link_reproduces_view(paper):
             for k in query} == query
     # the link also records the revision of the page's computation, and a link without one gets no notice
     assert at.query_params[REV_PARAM] in (page_revision(paper.slug), [page_revision(paper.slug)])
-    assert not [i.value for i in at.info if "another version of this page" in i.value]
+    assert at.query_params[HW_PARAM] in (page_arithmetic(paper.slug), [page_arithmetic(paper.slug)])
+    assert not [i.value for i in at.info if "another version of this page" in i.value or "arithmetic" in i.value]
 
 
 def test_revision_follows_code_and_assets_but_not_comments(tmp_path):
@@ -405,6 +406,69 @@ def test_a_link_from_another_revision_says_so_and_keeps_its_settings():
     _no_exception(at)
     stale = [i.value for i in at.info if "another version of this page" in i.value]
     assert len(stale) == 1 and "9" * 17 not in stale[0]
+
+
+def test_a_link_from_a_server_of_another_kind_says_so_and_keeps_its_settings():
+    """A link records how its server does float arithmetic (CPU kind, numpy / scipy / torch versions, device):
+    opened here with the same code but another arithmetic tag, the page restores the settings and says that
+    chaotic runs may end elsewhere; with this server's tag, or none (older links), it says nothing."""
+    paper = next(p for p in BUILT if p.slug == "lift")
+    cls = _config_cls(paper)
+    query = {**to_query(_random_valid_config(cls, random.Random("other-machine"))), REV_PARAM: page_revision(paper.slug)}
+    here = page_arithmetic(paper.slug)
+    assert len(here) == 6 and int(here, 16) >= 0
+    notice = "does its float arithmetic differently"
+    for tag in (here, None):
+        at = _open(paper, {**query, HW_PARAM: tag} if tag else query)
+        _no_exception(at)
+        assert not [i.value for i in at.info if notice in i.value]
+        assert at.query_params[HW_PARAM] in (here, [here])
+    other = "0a0a0a" if here != "0a0a0a" else "0b0b0b"
+    at = _open(paper, {**query, HW_PARAM: other})
+    _no_exception(at)
+    seen = [i.value for i in at.info if notice in i.value]
+    assert len(seen) == 1 and other in seen[0] and here in seen[0]
+    assert not _link_notices(at) and not [i.value for i in at.info if "another version of this page" in i.value]
+    for name, spec in widget_specs(cls).items():
+        assert spec.to_str(_widget(at, f"{paper.slug}:{name}").value) == query[name], name
+    assert at.query_params[HW_PARAM] in (here, [here])       # a link copied from here carries this server's tag
+    # a hostile tag is quoted cut short, letters and digits only
+    at = _open(paper, {**query, HW_PARAM: "`[x](//e.co)" + "7" * 300})
+    _no_exception(at)
+    seen = [i.value for i in at.info if notice in i.value]
+    assert len(seen) == 1 and "7" * 17 not in seen[0] and "](" not in seen[0]
+
+
+def test_the_arithmetic_tag_follows_the_cpu_kind_library_versions_and_device(monkeypatch):
+    """Same inputs, same tag; another CPU kind, another torch version, or a GPU for a device-following engine
+    gives another; a CPU-only engine keeps its tag on a GPU host (its numbers come from the CPU)."""
+    from importlib import metadata
+
+    from components import seed_notes, state
+    from engine.core import device
+
+    def tag(slug):
+        state.page_arithmetic.cache_clear()
+        return state.page_arithmetic(slug)
+
+    dev_slug = next(p.slug for p in BUILT if device.follows_device(importlib.import_module(p.module)))
+    cpu_slug = next(p.slug for p in BUILT if not device.follows_device(importlib.import_module(p.module)))
+    base = {s: tag(s) for s in (dev_slug, cpu_slug)}
+    assert base[dev_slug] == base[cpu_slug]                    # on a CPU server both compute on the CPU
+    try:
+        monkeypatch.setattr(seed_notes, "machine", lambda: "aarch64 ASIMD")
+        assert tag(cpu_slug) != base[cpu_slug]
+        monkeypatch.undo()
+        real = metadata.version
+        monkeypatch.setattr(metadata, "version", lambda d: "9.9.9" if d == "torch" else real(d))
+        assert tag(cpu_slug) != base[cpu_slug]
+        monkeypatch.undo()
+        monkeypatch.setattr(device, "device_label", lambda load_torch=False: "CUDA: Some GPU")
+        assert tag(dev_slug) != base[dev_slug] and tag(cpu_slug) == base[cpu_slug]
+        monkeypatch.undo()
+        assert tag(dev_slug) == base[dev_slug]
+    finally:
+        state.page_arithmetic.cache_clear()
 
 
 @pytest.mark.parametrize("paper", BUILT, ids=IDS)

@@ -84,10 +84,13 @@ def test_bench_table_keeps_the_rows_of_pages_it_did_not_rerun():
              "| p2 | 2/2 | 2.00 | 0.60 | 1.20 | 0.060 | 4.0 | 200 |\n\n"
              "| page | kernel | ours (s) | reference | reference (s) | ratio ours/ref |\n"
              "| --- | --- | --- | --- | --- | --- |\n| p2 | k | 0.0010 | ref | 0.0020 | 0.50 |\n")
-    fresh = [{"page": "p1", "claims": "1/1", "cold_s": 0.9, "warm_s": 0.4, "page_cold_s": 1.0, "hit_s": 0.04,
+    fresh = [{"page": "p1", "claims": "1/1", "cold_s": 0.9, "warm_s": 0.4, "page_cold_s": 1.0, "page_warm_s": 0.7,
+              "hit_s": 0.04,
               "heavy_s": 2.5, "rss_mib": 99, "kernels": [{"name": "k1", "ours_s": 0.001, "ref": "r", "ref_s": 0.002}]}]
     md = bench.table(0.4, fresh, bench._old_rows(block), ["p1", "p2"], bench._old_kernel_rows(block))
-    assert "| p1 | 1/1 | 0.90 |" in md and "| p2 (earlier run) | 2/2 | 2.00 |" in md
+    assert "| p1 | 1/1 | 0.90 | 0.40 | 1.00 | 0.70 | 0.040 | 2.5 | 99 |" in md
+    # an older row without the warm-server page render keeps its numbers under the right columns
+    assert "| p2 (earlier run) | 2/2 | 2.00 | 0.60 | 1.20 | — | 0.060 | 4.0 | 200 |" in md
     assert "| p1 | k1 | 0.0010 | r | 0.0020 | 0.50 |" in md and "| p2 | k | 0.0010 | ref | 0.0020 | 0.50 |" in md
 
 
