@@ -171,10 +171,10 @@ run in one batched forward pass. After training, 50 more calibration steps.
 **Why the learning rate matters here.** An earlier version of this page trained every flow at $10^{-2}$ with cosine
 decay and no KL term: all flows, CalNF included, overfitted the 20 failure points within about 50 steps, and the
 comparison with the failures-only flow became a coin toss across seeds (that version lost at seeds 0, 1 and 2;
-reverting just those three settings in today's code gives +0.73, +0.48 and −1.34 nats there, which a test
-re-measures; on another machine, whose CPU rounds some float operations differently, +0.73, +0.15 and −1.42:
-a run that overfits amplifies last-digit differences). At the authors' settings its
-shared, self-regularised family overfits more slowly than a flow on the failure points alone. The price at
+reverting just those three settings in today's code gives +0.73, +0.15 and −1.42 nats there on an x86_64
+AVX512_SPR CPU, which a test re-measures; on the machine this page was first written on, whose CPU rounds some
+float operations differently, +0.73, +0.48 and −1.34: a run that overfits amplifies last-digit differences). At
+the authors' settings its shared, self-regularised family overfits more slowly than a flow on the failure points alone. The price at
 300 steps: CalNF's nominal model $q(\cdot; 0)$ is still behind the plain flow's, at seeds 1 and 2 by more than the
 first badge allows, so that badge fails there (the note under the badge gives the gaps `python -m tests.seeds`
 measured at seeds 0, 1 and 2).

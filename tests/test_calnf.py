@@ -303,8 +303,9 @@ def test_batched_training_matches_one_by_one_train():
 
 def test_the_earlier_recipe_makes_the_failure_comparison_a_coin_toss(monkeypatch):
     """The page's 'why the learning rate matters': with the earlier recipe (lr 1e-2, cosine decay, no KL term) the
-    CalNF − failures-only held-out LL swings in sign and by over a nat across seeds 0-2 (measured +0.73, +0.48,
-    −1.34; +0.73, +0.15, −1.42 on another machine's CPU, as the page says: overfitting runs amplify float rounding)."""
+    CalNF − failures-only held-out LL swings in sign and by over a nat across seeds 0-2 (measured +0.73, +0.15,
+    −1.42 on an x86_64 AVX512_SPR CPU; +0.73, +0.48, −1.34 on the page's first machine, as the page says: overfitting
+    runs amplify float rounding)."""
     monkeypatch.setattr(eng, "FLOW_LR", 1e-2)
     monkeypatch.setattr(eng, "COSINE", True)
     monkeypatch.setattr(eng, "BALANCE_WEIGHT", 0.0)

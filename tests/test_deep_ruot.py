@@ -307,8 +307,9 @@ def test_work_guard_on_the_spec_iteration_ranges():
 
 def test_longer_training_drifts_as_the_page_says():
     """The page's caveat, measured: at seed 0 the default 80 iterations pass every badge, 200 fail both growth
-    rates, the mass curve and no-false-transitions, 400 fail both growth rates and the growth correlation, or on
-    another machine (float results differing in the last digits, grown over 400 iterations) the mass curve."""
+    rates, the mass curve and no-false-transitions, 400 fail both growth rates and the mass curve on an x86_64
+    AVX512_SPR CPU, or the growth correlation on the page's first machine (float results differing in the last
+    digits, grown over 400 iterations)."""
     def failing(iters):
         return {c.label for c in eng.claims(eng.run(eng.Config(iters=iters))) if not c.passed}
 
