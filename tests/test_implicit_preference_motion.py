@@ -51,6 +51,24 @@ def test_sinkhorn_matches_pot_and_is_above_emd():
     assert gaps[0] > gaps[1] > gaps[2] >= -1e-6
 
 
+def test_sinkhorn_with_a_kernel_that_underflows_still_matches_pot():
+    """Spread-out clouds and a small epsilon: much of exp(-C/eps) falls below float32's smallest normal number
+    (the engine zeroes what is under 1e-30, which keeps the scaling loop fast); the cost still matches POT's
+    log-domain Sinkhorn in float64."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(6, 40, 2)) * 3
+    Y = rng.normal(size=(6, 40, 2)) * 3 + 1.0
+    ours, eps = eng.sinkhorn_batch(X, Y, eps_frac=0.02, iters=1000)
+    a = np.full(40, 1 / 40)
+    for i in range(6):
+        M = ((X[i][:, None] - Y[i][None]) ** 2).sum(-1)
+        r = M.min(1, keepdims=True)
+        k = np.exp(-(M - r - (M - r).min(0, keepdims=True)) / eps[i])
+        assert (k < 1e-30).mean() > 0.3                     # the case the zeroing is for
+        ref = ot.sinkhorn2(a, a, M, eps[i], method="sinkhorn_log", numItermax=5000, stopThr=1e-12)
+        assert abs(ours[i] - ref) / ref < 1e-3
+
+
 def test_expert_is_its_own_closest_candidate():
     bank = eng.scene_bank(range(10_000, 10_008))
     exp = bank["states"]
