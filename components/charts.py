@@ -180,9 +180,51 @@ def heatmap(z, title: str = "", x=None, y=None, xlabel: str = "", ylabel: str = 
     return themed(fig, title, height)
 
 
+GRID_META = "explorer_grid"     # layout.meta key read by components/page_script.js (narrow screens)
+GRID_MODES = ("flow", "band")
+
+
+def mark_grid(fig: go.Figure, n: int, rows: int, cols: int, mode: str = "flow", hs: float = 0.03,
+              vs: float = 0.12) -> go.Figure:
+    """Mark the first ``n`` cells of a ``make_subplots(rows, cols, horizontal_spacing=hs, vertical_spacing=vs)``
+    figure as an image grid (call it after the figure's height is set).
+
+    On a column too narrow for ``cols`` images of a readable size (a phone), components/page_script.js lays the grid
+    out again with fewer columns and more rows: "flow" keeps the images' reading order (row by row), "band" keeps
+    each original column's images together (the rows mean something: two views of one sample, the heads of one
+    layer) and puts chunks of columns below each other. Widening the window restores the grid as drawn here. The
+    script needs the figure's height and which annotations are the cells' titles, stored here with the grid.
+    """
+    if mode not in GRID_MODES:
+        raise ValueError(f"grid mode must be one of {GRID_MODES}, not {mode!r}")
+    if not 0 < n <= rows * cols:
+        raise ValueError(f"a {rows} x {cols} grid has no room for {n} images")
+    lay = fig.layout
+    if not lay.height:
+        raise ValueError("set the figure's height before marking it as a grid")
+
+    def domain(xy: str, i: int) -> tuple:
+        ax = lay[f"{xy}axis{i + 1 if i else ''}"]
+        return tuple(ax.domain) if ax.domain else (0.0, 1.0)
+
+    titles = []                     # make_subplots' titles: annotations at the top centre of their cell
+    for j, a in enumerate(lay.annotations):
+        for i in range(rows * cols):
+            x, y = domain("x", i), domain("y", i)
+            if a.x is not None and a.y is not None and abs(a.x - (x[0] + x[1]) / 2) < 1e-6 and abs(a.y - y[1]) < 1e-6:
+                titles.append([j, i])
+                break
+    meta = lay.meta if isinstance(lay.meta, dict) else {}
+    fig.update_layout(meta={**meta, GRID_META: {"n": int(n), "rows": int(rows), "cols": int(cols), "mode": mode,
+                                                "hs": float(hs), "vs": float(vs), "height": int(lay.height),
+                                                "titles": titles}})
+    return fig
+
+
 def image_grid(images: Sequence[np.ndarray], titles: Sequence[str], cols: int = 4, diverging: bool = True,
-               title: str = "", height_per_row: int = 190) -> go.Figure:
-    """Small heatmaps side by side (e.g. eigenvectors reshaped to 8x8 images)."""
+               title: str = "", height_per_row: int = 190, reflow: str = "flow") -> go.Figure:
+    """Small heatmaps side by side (e.g. eigenvectors reshaped to 8x8 images). ``reflow``: how the grid may be laid
+    out again on a narrow screen (see ``mark_grid``)."""
     n = len(images)
     rows = max(1, int(np.ceil(n / cols)))
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles), horizontal_spacing=0.03,
@@ -195,7 +237,10 @@ def image_grid(images: Sequence[np.ndarray], titles: Sequence[str], cols: int = 
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
     fig.update_annotations(font_size=11)     # the subplot titles: a grid's cells are narrow
-    return themed(fig, title, height_per_row * rows + 40)
+    themed(fig, title, height_per_row * rows + 40)
+    if n > 1:
+        mark_grid(fig, n, rows, cols, reflow, hs=0.03, vs=0.12 if rows > 1 else 0.05)
+    return fig
 
 
 def scatter(x, y, color=None, title: str = "", xlabel: str = "", ylabel: str = "", height: int = 360,

@@ -730,7 +730,7 @@ class Config:
     episodes: int = param(16, Int(8, 64, "Episodes per variant", step=8))
     compare_denoisers: bool = param(False, Bool("Compare with the other denoiser",
                                                 help="also run MCSS and the unconditional planner with the other "
-                                                     "backbone (same episodes and noise; about 1.5 s more)",
+                                                     "backbone (same episodes and noise; well under a second more)",
                                                 group="Advanced"))
     scaling_curve: bool = param(False, Bool("Success-vs-N curve (N = 1 … 64)",
                                             help="extra episodes with N = 1, 2, 4, …, 64 candidates, and CFG with "

@@ -67,12 +67,13 @@ st.caption("Each small map is one head (rows: the query token, columns: the toke
 left, right = st.columns(2)
 with left:
     charts.show(charts.image_grid([res.attn_softmax[la, h] for la in range(L) for h in range(H)], head_titles,
-                                  cols=H, diverging=False, title="Softmax attention", height_per_row=170),
+                                  cols=H, diverging=False, title="Softmax attention", height_per_row=170,
+                                  reflow="band"),
                 key="grid-softmax")
 with right:
     charts.show(charts.image_grid([res.attn_sigmoid[la, h] for la in range(L) for h in range(H)], head_titles,
                                   cols=H, diverging=False, title="Sigmoid attention (no normalisation)",
-                                  height_per_row=170), key="grid-sigmoid")
+                                  height_per_row=170, reflow="band"), key="grid-sigmoid")
 
 zl, zh = res.zoom
 st.markdown(f"**Zoom: layer {zl + 1}, head {zh + 1}** (pick another head under *View* in the sidebar)")

@@ -73,7 +73,7 @@ else:
     st.caption("Top row: the four most positive eigenvalues (patterns that push the output up when present); "
                "bottom row: the four most negative. Shown in pixel space, $E^\\top u$; red is positive.")
     titles = [f"λ = {v:+.2f}" for v in res.shown_vals]
-    charts.show(charts.image_grid(list(res.shown_images), titles, cols=4), key="eigimgs")
+    charts.show(charts.image_grid(list(res.shown_images), titles, cols=4, reflow="band"), key="eigimgs")
     download.download_json({"eigenvalues": res.shown_vals, "images": res.shown_images},
                            "bilinear_eigenvectors.json")
 

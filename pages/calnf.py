@@ -94,6 +94,7 @@ for j in range(K_show):
 fig.update_xaxes(showticklabels=False)
 fig.update_yaxes(showticklabels=False)
 charts.themed(fig, "q(·; λ·e_j) for the first subsample labels", 170 * K_show + 60)
+charts.mark_grid(fig, K_show * L, K_show, L, mode="band", hs=0.02, vs=0.08)   # phone: λ columns in chunks
 charts.show(fig, key="family")
 download.download_json({"lambdas": res.family_lambdas, "densities": res.dens_family}, "calnf_family.json")
 

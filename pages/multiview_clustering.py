@@ -77,7 +77,7 @@ if res.views_example:
     imgs = list(ex["view1"]) + list(ex["view2"])
     titles = [f"view 1 · class {c}" for c in ex["labels"]] + [f"view 2 · class {c}" for c in ex["labels"]]
     charts.show(charts.image_grid(imgs, titles, cols=len(ex["labels"]), diverging=False,
-                                  title="The two views of a few samples"), key="views")
+                                  title="The two views of a few samples", reflow="band"), key="views")
     download.download_json({"view1": ex["view1"], "view2": ex["view2"], "labels": ex["labels"]},
                            "coper_view_examples.json", key="dl-coper-views")
 

@@ -9,7 +9,8 @@
 - a window narrowed from 1400 to 700 px and widened again: a legend above a plot that wraps into more rows pushes
   the plot down instead of covering it;
 - at 400 px (a phone), on the pages whose formulas or multi-panel charts did not fit: no formula runs past its
-  column unless it scrolls in a box of its own, and no chart draws labels or tick labels over each other;
+  column unless it scrolls in a box of its own, and no chart draws labels or tick labels over each other; image
+  grids are laid out again with fewer columns of readable images, and come back when the window widens;
 - a shared URL with parameters opens with the widgets showing those values;
 - a load test: 20 concurrent sessions (tabs of one chromium) on 20 different pages, no errors,
   bounded server memory, p50/p95 time to first plot printed.
@@ -470,6 +471,68 @@ def test_phone_width_keeps_formulas_and_charts_readable(server, driver, slug):
     assert not ticks, f"at 400 px, tick labels drawn over each other (chart index, label, label): {ticks}"
     assert not hits, f"at 400 px, labels drawn over each other (chart index, label, label): {hits}"
     assert not cut, f"at 400 px, labels running past their chart's edge (chart index, label): {cut}"
+
+
+# Every image grid (components/charts.mark_grid) on the page: its columns as drawn by the server and as shown now,
+# the narrowest and the lowest image (px), the gap to the element below it (px, negative: drawn over it), whether any
+# box still carries a height set by the reflow, and how often the script relaid the chart out in the last 5 s
+GRID_JS = """
+return [...document.querySelectorAll('.js-plotly-plot')].filter(g => g.layout && g.layout.meta && g.layout.meta.explorer_grid)
+ .map(g => {
+  const s = g.layout.meta.explorer_grid, f = g._fullLayout, xs = new Set(), w = [], h = [];
+  for (let i = 0; i < s.n; i++) {
+    const x = f['xaxis' + (i ? i + 1 : '')], y = f['yaxis' + (i ? i + 1 : '')];
+    xs.add(x.domain[0].toFixed(3)); w.push(x._length); h.push(y._length);
+  }
+  const slot = g.closest('[data-testid=stElementContainer]'), next = slot.nextElementSibling;
+  const below = next ? next.getBoundingClientRect().top - g.getBoundingClientRect().bottom : 0;
+  return {cols: s.cols, shown: xs.size, min_w: Math.min(...w), min_h: Math.min(...h), below,
+          pinned: !!document.querySelector('[data-explorer-grid-pin]'), tries: (g.__gridTries || []).length};
+});
+"""
+
+
+@pytest.mark.parametrize("slug", ["inference_set_design", "calnf"])
+def test_image_grids_reflow_on_a_phone_and_come_back(server, driver, slug):
+    """An image grid too wide for a phone is laid out again with fewer columns (reading order on the digit page, column
+    bands on CalNF's family), each image keeping its height and at least ~70 px of width, the chart pushing the next
+    element down instead of covering it; back at 1400 px it is the server's grid again, which the script's own
+    geometry reproduces exactly (it changed nothing on a fresh wide load)."""
+    base, _ = server
+
+    def grids_when(ok, why: str) -> list[dict]:
+        deadline = time.time() + 30
+        while True:
+            g = driver.execute_script(GRID_JS)
+            if g and ok(g):
+                return g
+            if time.time() > deadline:
+                raise AssertionError(f"{why}: {g}")
+            time.sleep(0.5)
+
+    driver.set_window_size(1400, 1100)
+    driver.get(f"{base}/{slug}")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    time.sleep(2)
+    wide = grids_when(lambda g: all(x["shown"] == x["cols"] for x in g), "at 1400 px, every grid as drawn")
+    assert all(x["tries"] == 0 and not x["pinned"] for x in wide), wide
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 400, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        narrow = grids_when(lambda g: all(x["shown"] < x["cols"] for x in g), "at 400 px, fewer columns")
+        time.sleep(1.5)
+        narrow = driver.execute_script(GRID_JS)
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        driver.set_window_size(1400, 1100)
+    for a, b in zip(wide, narrow):
+        assert b["min_w"] >= 70, f"images narrower than 70 px on a phone: {b}"
+        assert abs(b["min_h"] - a["min_h"]) <= 2, f"images changed height: {a} -> {b}"
+        assert b["below"] >= 0, f"the re-flowed grid covers the element below it: {b}"
+    back = grids_when(lambda g: all(x["shown"] == x["cols"] and not x["pinned"] for x in g), "back at 1400 px")
+    for a, b in zip(wide, back):
+        assert abs(b["min_h"] - a["min_h"]) <= 2 and abs(b["min_w"] - a["min_w"]) <= 2, (a, b)
+        assert b["below"] >= 0, b
 
 
 def test_shared_url_sets_widgets(server, driver):

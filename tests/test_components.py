@@ -428,3 +428,41 @@ def test_a_key_lock_serialises_one_computation_and_is_dropped_when_nobody_needs_
         with store.key_lock((k,)):
             pass
     assert store._key_locks == {}
+
+
+def test_mark_grid_records_the_grid_its_height_and_which_annotations_title_which_cell():
+    from plotly.subplots import make_subplots
+
+    from components import charts
+
+    fig = make_subplots(rows=2, cols=3, subplot_titles=["a", "", "c", "d"], horizontal_spacing=0.02, vertical_spacing=0.1)
+    fig.add_annotation(x=0.5, y=0.5, xref="paper", yref="paper", text="not a title")
+    with pytest.raises(ValueError, match="height"):
+        charts.mark_grid(fig, 5, 2, 3)
+    fig.update_layout(height=400, meta={"explorer_title": "kept"})
+    with pytest.raises(ValueError, match="room"):
+        charts.mark_grid(fig, 7, 2, 3)
+    with pytest.raises(ValueError, match="mode"):
+        charts.mark_grid(fig, 5, 2, 3, mode="spiral")
+    charts.mark_grid(fig, 5, 2, 3, mode="band", hs=0.02, vs=0.1)
+    g = fig.layout.meta[charts.GRID_META]
+    assert fig.layout.meta["explorer_title"] == "kept"
+    # the empty title makes no annotation, so "c" (annotation 1) titles cell 2 and "d" (annotation 2) cell 3
+    assert g["titles"] == [[0, 0], [1, 2], [2, 3]]
+    assert g == {"n": 5, "rows": 2, "cols": 3, "mode": "band", "hs": 0.02, "vs": 0.1, "height": 400,
+                 "titles": g["titles"]}
+    json.dumps(fig.to_plotly_json()["layout"]["meta"])          # travels to the browser as plain JSON
+
+
+def test_image_grid_marks_grids_of_two_or_more_images_and_show_keeps_the_mark():
+    from components import charts
+
+    imgs = [np.eye(4) * k for k in range(1, 6)]
+    fig = charts.image_grid(imgs, [f"#{k}" for k in range(5)], cols=3, title="five", height_per_row=100)
+    g = fig.layout.meta[charts.GRID_META]
+    assert (g["n"], g["rows"], g["cols"], g["mode"], g["height"]) == (5, 2, 3, "flow", 240)
+    assert [c for _, c in g["titles"]] == [0, 1, 2, 3, 4]
+    charts.detach_title(fig)                                     # what show() does first: the title leaves the figure
+    assert fig.layout.meta[charts.GRID_META] == g and fig.layout.meta[charts.TITLE_META] == "five"
+    one = charts.image_grid([np.eye(4)], ["only"], cols=1)
+    assert not (isinstance(one.layout.meta, dict) and charts.GRID_META in one.layout.meta)
