@@ -71,9 +71,11 @@
   //    once it has one, so the box gets the new height too while the grid is re-flowed.
   const MIN_CELL = 80;                   // px: the narrowest image that still reads as an image
   const axisName = (xy, i) => xy + "axis" + (i ? String(i + 1) : "");
-  function gridColumns(spec, avail) {
-    const fit = Math.max(1, Math.floor(avail / MIN_CELL));
-    return fit >= spec.cols ? spec.cols : Math.ceil(spec.cols / Math.ceil(spec.cols / fit));   // balanced chunks
+  function gridColumns(spec, avail) {    // the most columns whose images are MIN_CELL wide, in balanced chunks
+    const width = k => avail * (1 - spec.hs * (k - 1)) / k;
+    let fit = spec.cols;
+    while (fit > 1 && width(fit) < MIN_CELL) fit--;
+    return fit === spec.cols ? fit : Math.ceil(spec.cols / Math.ceil(spec.cols / fit));
   }
   function gridTarget(spec, size, c) {
     const R = spec.rows, C = spec.cols, place = {};

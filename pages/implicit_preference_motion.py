@@ -93,7 +93,7 @@ st.subheader("2 · The implicit preference: one training scene's rollouts ranked
 K = len(res.rank_dist)
 cols = 4
 rows = int(np.ceil(K / cols))
-# short titles: four panels side by side leave about 100 px each on a phone; the colours mark chosen / rejected
+# short titles: four panels side by side leave little room in a narrow column; the colours mark chosen / rejected
 titles = [f"#{i + 1} d={d:.2f}" for i, d in enumerate(res.rank_dist)]
 fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, shared_yaxes=True, vertical_spacing=0.12,
                     horizontal_spacing=0.04)
@@ -104,6 +104,7 @@ for i in range(K):
     draw(fig, res.rank_states[i], res.rank_events[i], r, c, color, False)
 charts.themed(fig, "Grey: the scene's expert log; green: preferred; orange: rejected; blue: in no pair", 200 * rows + 60,
               showlegend=False, shapes=road(K))
+charts.mark_grid(fig, K, rows, cols, mode="flow", hs=0.04, vs=0.12)     # on a phone: two per row, still in rank order
 charts.show(fig, key="ranked")
 st.caption("Negative control for the last claim (the distance prefers the clean rollout): scored against a "
            f"*different* scene's expert log, the distance still prefers the clean rollout in "

@@ -443,7 +443,7 @@ return out;
 
 # pages whose formulas or multi-panel charts were cut off or ran together on a phone
 PHONE_PAGES = ("group_compact_proofs", "gap_dependent_q", "mup_local_learning", "tabwak", "calnf", "trackstar_tda",
-               "mad_td", "rfwave")
+               "mad_td", "rfwave", "implicit_preference_motion", "inference_set_design")
 
 
 @pytest.mark.parametrize("slug", PHONE_PAGES)
@@ -492,10 +492,10 @@ return [...document.querySelectorAll('.js-plotly-plot')].filter(g => g.layout &&
 """
 
 
-@pytest.mark.parametrize("slug", ["inference_set_design", "calnf"])
+@pytest.mark.parametrize("slug", ["inference_set_design", "calnf", "implicit_preference_motion"])
 def test_image_grids_reflow_on_a_phone_and_come_back(server, driver, slug):
-    """An image grid too wide for a phone is laid out again with fewer columns (reading order on the digit page, column
-    bands on CalNF's family), each image keeping its height and at least ~70 px of width, the chart pushing the next
+    """An image grid too wide for a phone is laid out again with fewer columns (reading order on the digit page and for
+    the ranked rollouts, column bands on CalNF's family), each image keeping its height and at least ~70 px of width, the chart pushing the next
     element down instead of covering it; back at 1400 px it is the server's grid again, which the script's own
     geometry reproduces exactly (it changed nothing on a fresh wide load)."""
     base, _ = server
