@@ -121,7 +121,10 @@
       const spec = lay && lay.meta && lay.meta.explorer_grid;
       const frame = box && box.closest('[data-testid="stFullScreenFrame"]');
       if (!spec || !full || !full._size || !box || gd.__gridBusy) return;
-      if (frame && getComputedStyle(frame).position === "fixed") return;    // full screen: Streamlit sizes it
+      if (frame && getComputedStyle(frame).position === "fixed") {      // full screen: Streamlit sizes it
+        [box, frame].forEach(b => { if (b.dataset[PIN]) unpin(b); });
+        return;
+      }
       const c = gridColumns(spec, box.clientWidth - full._size.l - full._size.r);
       const want = gridTarget(spec, full._size, c);
       const upd = {}, close = (a, b) => a && b && Math.abs(a[0] - b[0]) + Math.abs(a[1] - b[1]) < 1e-4;
