@@ -28,7 +28,9 @@ Why LayerNorm + Mish is the default: by a rule fixed before it was measured (202
 becomes the default if the official code uses it and the default run stays within the 3 s budget, whatever the
 badges then say. Both held (default run 2.6 s in a warm server). The badges got worse, below. On the later x86_64
 AVX512_SPR machine the same default run takes 3.9-5.1 s in a warm server, over the budget (README, Performance); two
-threads over the critics' halves gave the same numbers but only 6 % less time (GIL-bound), so they were not kept.
+threads over the critics' halves gave the same numbers but only 6 % less time (GIL-bound), so they were not kept; nor
+were (2026-12-07) reused work arrays (3 %), one forward pass over target and online critics (no gain) or a fused numba
+LayerNorm + Mish kernel (3x slower than numpy's vectorised exp).
 
 Measured at the default config, seeds 0/1/2 (2026-12-04), LayerNorm + Mish critic (ReLU critic in brackets):
 claim 1's RMSE ratio real-only / MAD-TD 1.88 / 1.59 / 1.49, and 2.15 / 2.47 at seeds 3 / 4 [ReLU 2.97 / 2.33 / 6.14,
