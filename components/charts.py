@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -417,6 +419,28 @@ def detach_title(fig: go.Figure) -> str | None:
     return title
 
 
+def _plain(text) -> str:
+    """Plotly's title markup as plain text: tags dropped (<br> as a space), entities decoded, spaces collapsed."""
+    text = re.sub(r"<br\s*/?>", " ", str(text or ""), flags=re.I)
+    return " ".join(html.unescape(re.sub(r"<[^>]*>", "", text)).split())
+
+
+def chart_alt(fig: go.Figure, title: str | None) -> str | None:
+    """A short name for screen readers: the chart's title as plain text; for an untitled chart, what it plots
+    (its first y axis title against its first x axis title, or its subplot titles); None when it has none of these."""
+    if _plain(title):
+        return _plain(title)
+    lay = fig.layout
+    x, y = _plain(lay.xaxis.title.text), _plain(lay.yaxis.title.text)
+    if x and y:
+        return f"{y} against {x}"
+    panels = [_plain(a.text) for a in lay.annotations
+              if a.yref == "paper" and a.yanchor == "bottom" and _plain(a.text)] if has_subplot_titles(fig) else []
+    if panels:
+        return "Panels: " + ", ".join(panels[:6]) + (", …" if len(panels) > 6 else "")
+    return x or y or None
+
+
 def show(fig: go.Figure, key: str | None = None) -> None:
     title = detach_title(fig)
     if title:
@@ -424,4 +448,5 @@ def show(fig: go.Figure, key: str | None = None) -> None:
         # "_", "*" and "$" would turn parts of a title like "Q_θ(s, π_K(s))" into italics or math
         st.html(f'<div class="explorer-chart-title">{title}</div>')
     fig = tidy_log_ticks(readable_bar_text(stack_title_and_legend(fig)))
-    st.plotly_chart(fig, width="stretch", key=key, config=PLOTLY_CONFIG)
+    # alt: the chart's accessible name (st.plotly_chart has it from Streamlit 1.65, pyproject.toml's lower bound)
+    st.plotly_chart(fig, width="stretch", key=key, config=PLOTLY_CONFIG, alt=chart_alt(fig, title))

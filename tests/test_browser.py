@@ -1,7 +1,7 @@
 """Real-browser tests: the app served on loopback, driven by Debian's chromium through selenium.
 
 - every built page and the home gallery render their claims panel and first plot with no error
-  element, and no chart draws two of its labels over each other (title, subplot titles and annotations, legend,
+  element, every chart has a name for screen readers, and no chart draws two of its labels over each other (title, subplot titles and annotations, legend,
   axis titles, and the toolbar that plotly always shows on a device without hover; bounding boxes as the browser
   laid them out) or runs past the chart's edge, at 1400 and at 1024 px, and the browser console shows no error (a
   script that threw, a failed load, a request to any host but the app's own); a screenshot per page goes to
@@ -316,6 +316,11 @@ def test_page_renders_in_browser(server, driver, paper):
     assert not hits, f"labels drawn over each other (chart index, label, label): {hits}"
     cut = driver.execute_script(CLIPPED_LABELS_JS)
     assert not cut, f"labels running past their chart's edge (chart index, label): {cut}"
+    # every chart has a name for screen readers (its title, which lives in HTML above the chart, or what it plots)
+    unnamed = driver.execute_script(
+        "return [...document.querySelectorAll('[data-testid=stPlotlyChart]')].map((e, i) => [i, e.getAttribute('role'),"
+        " (e.getAttribute('aria-label') || '').trim()]).filter(x => x[1] !== 'figure' || !x[2]).map(x => x[0]);")
+    assert not unnamed, f"charts without an accessible name (chart index): {unnamed}"
     # a small laptop window: the charts re-lay themselves out narrower, and their labels must still not collide
     # nor run past the chart
     driver.set_window_size(1024, 1100)

@@ -466,3 +466,20 @@ def test_image_grid_marks_grids_of_two_or_more_images_and_show_keeps_the_mark():
     assert fig.layout.meta[charts.GRID_META] == g and fig.layout.meta[charts.TITLE_META] == "five"
     one = charts.image_grid([np.eye(4)], ["only"], cols=1)
     assert not (isinstance(one.layout.meta, dict) and charts.GRID_META in one.layout.meta)
+
+
+def test_chart_alt_names_a_chart_by_its_title_or_by_what_it_plots():
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from components import charts
+
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    assert charts.chart_alt(fig, "Loss of <i>θ</i><br>at step&nbsp;10 &amp; more") == "Loss of θ at step 10 & more"
+    assert charts.chart_alt(fig, None) is None
+    fig.update_xaxes(title="step")
+    assert charts.chart_alt(fig, "") == "step"
+    fig.update_yaxes(title="log<sub>10</sub> error")
+    assert charts.chart_alt(fig, None) == "log10 error against step"
+    grid = make_subplots(rows=1, cols=8, subplot_titles=[f"#{k}" for k in range(8)])
+    assert charts.chart_alt(grid, None) == "Panels: #0, #1, #2, #3, #4, #5, …"
