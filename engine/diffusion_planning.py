@@ -733,8 +733,9 @@ class Config:
                                                      "backbone (same episodes and noise; well under a second more)",
                                                 group="Advanced"))
     scaling_curve: bool = param(False, Bool("Success-vs-N curve (N = 1 … 64)",
-                                            help="extra episodes with N = 1, 2, 4, …, 64 candidates, and CFG with "
-                                                 "6 and 16 plans per decision", group="Advanced"))
+                                            help="extra episodes with N = 1, 2, 4, …, 64 candidates, and CFG at its "
+                                                 "best weight with as many plans as 12 S and 32 S denoiser passes "
+                                                 "buy (6 and 16 plans; 12 and 32 at w = 1)", group="Advanced"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
     def __post_init__(self):

@@ -248,7 +248,7 @@ def train_model(K: int, N: int, T: int, steps: int, seed: int, rho: float = RHO,
 
 def checkpoint_path(K: int, seed: int, N: int | None = None):
     """The compute-matched grid's file (N = TOTAL_SEQ // K), or the fixed-N grid's; where both grids have the same
-    N (K = 64) they share one model."""
+    N (K = TOTAL_SEQ // FIXED_N = 128) they share one model."""
     from engine.core.nn import asset_path
 
     if N is None or N == TOTAL_SEQ // K:
@@ -354,7 +354,7 @@ CLIP = 4.0                 # loss clipped at C = 4 (the zero predictor scores 1)
 BOUND_DELTA = 0.05         # total failure probability, half for each level
 SIGMA_GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)   # posterior and prior stds, declared in advance
 LAMBDA_GRID = 2.0 ** np.arange(0, 41)
-SHARP_TOL = 0.10           # pick the largest s whose noisy weights raise the training loss by <= 10 %
+SHARP_TOL = 0.10           # scan s upward; keep the last one whose noisy weights raise the training loss <= 10 %
 SCAN_DRAWS, SCAN_BATCH = 1, 32      # posterior draws x training sequences per grid value in the s scan
 MC_DRAWS, MC_BATCH = 4, 32          # posterior draws x sequences for the measured gap of the posterior
 

@@ -91,7 +91,7 @@ class Result:
     snap: dict[str, dict[str, np.ndarray]]  # perturbation -> snapshot metric name -> (levels,)
     exact_dist: np.ndarray                  # pairwise ||M_a - M_b||_F
     proj_dist: np.ndarray                   # pairwise ||G_a - G_b||_F
-    jl_eps: float                           # JL bound for these many points at dimension min(d1, d2)
+    jl_eps: float                           # JL bound for these many points at dimension d1*d2/(d1+d2)
     timing_events: np.ndarray
     timing_nodes: np.ndarray
     time_jl: np.ndarray                     # seconds, median of repeats

@@ -103,7 +103,7 @@ class Config:
                                             "critic, or Dense → ReLU"))
     n_seeds: int = param(4, Int(1, 8, "Seeds"))
     sweep: bool = param(False, Bool("UTD sweep (2 vs the UTD above) + noisy model",
-                                    help="Adds UTD 2 and a noisy-model variant; about 2.5× the default cost"))
+                                    help="Adds UTD 2 and a noisy-model variant; about 1.4× the default run time"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
     def __post_init__(self):

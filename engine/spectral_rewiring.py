@@ -7,7 +7,8 @@ means, so they follow the labels, not the blocks. Every rewiring method adds
 ``budget`` edges and removes ``budget`` edges:
 
 - spectral greedy (max / min lambda_2): one edge at a time, the flip with the best
-  first-order eigenvalue change, the Fiedler vector recomputed after every flip;
+  first-order eigenvalue change, the Fiedler vector recomputed before every
+  (addition, deletion) pair;
 - ComMa: Louvain communities once, then random intra-community additions plus
   inter-community deletions (strengthen, lowers lambda_2) or the reverse (weaken);
 - FeaSt: add the most cosine-similar non-adjacent pairs, delete the least similar edges;

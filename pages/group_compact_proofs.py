@@ -148,8 +148,11 @@ st.dataframe(table, hide_index=True, column_config={
     "brute-force ops / ops": st.column_config.NumberColumn(format="%.2f×"),
     "measured time [ms] (info)": st.column_config.NumberColumn(format="%.1f"),
     "min true − certified margin": st.column_config.NumberColumn(format="%.2f")})
-st.caption(f"The claims use the strategy chosen in the sidebar; τ = {cfg.tau:g} keeps {int(m['n_terms'])} "
-           f"(irrep, neuron) parts, leaving {m['unexplained']:.1%} of the non-trivial unembedding energy to the "
+st.caption("The claims use the strategy chosen in the sidebar; "
+           + (f"its idealised model explains {int(m['n_terms'])} neurons (τ and r do not apply to it)"
+              if res.method == "rho-sets" else
+              f"τ = {cfg.tau:g} keeps {int(m['n_terms'])} (irrep, neuron) parts")
+           + f", leaving {m['unexplained']:.1%} of the non-trivial unembedding energy to the "
            "error term. Times are measured once on this machine and shown for information only.")
 st.markdown(
     "**The paper's ρ-set proof.** Each neuron of an irrep ρ is read as relu(bᵀρ(x)a + aᵀρ(y)c) · bᵀρ(z)c, with one "

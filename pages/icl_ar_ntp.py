@@ -228,7 +228,7 @@ R(Q)-\hat R(Q)\le \underbrace{\min_\lambda \tfrac{\mathrm{KL}+\ln(G/\delta_2)}{\
 $$
 
 where $R$ is the risk on new topics, $\hat R$ the training risk and $G$ the number of $(s,s_p,\lambda)$ grid
-points (union bound, so all three may be chosen after seeing the data). $s$ is the largest grid value whose
-noisy weights raise the training loss by at most 10 %, and $s_p$ the grid value with the smallest KL. The measured
-gap of $Q$ uses a few posterior draws; the bound itself needs no sampling.
+points (union bound, so all three may be chosen after seeing the data). $s$ comes from an upward scan of the grid:
+the last value before the first whose noisy weights raise the training loss by more than 10 %; $s_p$ is the grid
+value with the smallest KL. The measured gap of $Q$ uses a few posterior draws; the bound itself needs no sampling.
 """)

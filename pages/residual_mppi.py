@@ -132,8 +132,9 @@ if res.gains is not None:
     st.caption(
         "With infinitely many samples the planned first action is a linear function of the state here (linear "
         "model, quadratic costs), a = −K s; with K samples the Monte-Carlo gain is a local finite difference, "
-        "planned from eight nudged start states with the same sampled perturbations. The closed forms are exact "
-        "for the settings above (σ, λ, γ, ω′; exact model, no clipping, no information cost)."
+        "planned from eight nudged start states with the same sampled perturbations. These gains use the sidebar's "
+        "σ, λ, γ, ω′ and K (not the closed-form check's fixed settings), always with the exact model, no clipping "
+        "and no information cost, the conditions under which the closed forms are exact."
         + (" Short horizons cannot see the add-on's future cost; one MPPI step moves from the prior only part of "
            "the way to the truncated optimum (λ/σ² damps it), and with few samples in a long sequence the "
            "Monte-Carlo step falls further short, down to the prior's own plan when no sample beats it. As H "

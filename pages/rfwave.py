@@ -220,8 +220,8 @@ $i$ entering through adaptive LayerNorm.
 script's `noise=wave` option instead uses the equalised STFT of white noise), $z_t = t z_1 + (1-t) z_0$,
 target velocity $u = z_1 - z_0$, prediction $\hat u = f_\theta(z_t, t, c, i)
  = \frac{2t-1}{t^2+(1-t)^2}\,z_t + g_\theta(z_t, t, c, i)$: the first term is the exact velocity if the data
-were standard normal (*our addition*: the 64-wide backbone $g_\theta$ cannot copy its 80 input channels to the
-output, so it learns only the correction).
+were standard normal (*our addition*: the 64-wide backbone $g_\theta$, which reads the 80 channels of $z_t$ and
+the 40 Mel channels, cannot pass $z_t$ through to its output, so it learns only the correction).
 
 $$
 \mathcal L = \Big\| \tfrac{\hat u - u}{\sigma_\text{frame}(u)} \Big\|^2

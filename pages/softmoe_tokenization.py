@@ -37,8 +37,8 @@ layout.paper_header(
         "(*per-feat*), one per patch — whereas the usual head simply *flattens* it into one long vector. The paper "
         "shows that this tokenization is where the gain comes from: a SoftMoE fed one flattened token loses it, "
         "while a **single** expert, made wider, over per-pixel tokens keeps most of it. Below, the same 10×W×16 "
-        "feature map is tokenised four ways, and four heads on one small encoder are compared on a pixel Catch "
-        "game."
+        "feature map is tokenised four ways, and six heads on one small encoder (four tokenised or flattened "
+        "SoftMoE heads and two dense ones) are compared on a pixel Catch game."
     ),
     caveat=(
         "Small scale, not the paper's experiment: instead of agents trained on Atari for millions of frames, the "

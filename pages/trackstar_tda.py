@@ -17,7 +17,7 @@ layout.paper_header(
     SLUG,
     idea=(
         "Which training passages taught a language model a fact? A gradient-based answer compares the loss "
-        "gradient of the query (\"the capital of s12 is\" → city07) with the loss gradient of every training "
+        "gradient of the query (\"the capital of s12 is\" → city13) with the loss gradient of every training "
         "passage. Raw dot products are swamped by a few passages with huge gradients and by directions that "
         "every query shares. TrackStar fixes this one step at a time: divide by the optimizer's second "
         "moment, random-project to a fixed size, whiten with a task-specific Hessian approximation, and "
