@@ -142,7 +142,8 @@ with right:
 st.subheader("Problem constants and final numbers")
 st.caption("Δ_min and the maximal conditional variance Q* come from value iteration on the true MDPs. The "
            "paper's bounds scale like poly(H)·S·A·log(SAT)/Δ_min (UCB-Advantage: with Q* replacing part of the "
-           "H-dependence); the row log(SAT)/Δ_min is that shape without constants — order of magnitude only.")
+           "H-dependence); the row log(SAT)/Δ_min leaves out the poly(H)·S·A factor and the constants, so it shows how "
+           "the bound moves with T and the gap, not its size.")
 table = pd.DataFrame(res.table)
 # one column per gap, one row per quantity (twelve columns ran off the page), each row at a precision that suits
 # it; Q* of the gap-controlled family is 0 up to float round-off, which 3 decimals hide

@@ -27,7 +27,8 @@ layout.paper_header(
         "algorithm) and the Bayes mixture over the K training matrices (the \"memorizing\" one)."
     ),
     caveat=(
-        f"Scale: d = {eng.D}, a {eng.LAYERS}-layer transformer of width {eng.WIDTH} (about 27 k parameters), "
+        f"Scale: d = {eng.D}, a {eng.LAYERS}-layer, {eng.HEADS}-head transformer of width {eng.WIDTH} (about 27 k "
+        "parameters), "
         f"T = {eng.T_SHIP}, {eng.SHIP_STEPS} AdamW steps, K ∈ {list(eng.GRID_K)} with K·N = {eng.TOTAL_SEQ} "
         f"sequences, {len(eng.SHIP_SEEDS)} seeds, instead of the paper's GPT-2 models, GINC and real text. "
         "To make in-context regression learnable in 1 000 CPU steps, each token is embedded together with "

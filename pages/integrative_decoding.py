@@ -23,8 +23,10 @@ layout.paper_header(
     caveat=(
         "No generative LM can be downloaded here, so the decoder runs on an *analytic language model* of a "
         "synthetic world (entities with 5 facts each; every value has several synonymous spellings, which is "
-        "what traps greedy decoding). The decoding functions are generic over any next-token function; the "
-        "toy's facts are independent, so its absolute accuracies are not LLM numbers. The 'fact vote' and "
+        "what traps greedy decoding). No small LM (such as a tiny GRU) is trained on text from this world "
+        "either: the analytic model gives exactly the next-token distributions such an LM could only "
+        "approximate, so no LM's own errors blur the comparison of decoders. The decoding functions are generic over any "
+        "next-token function; the toy's facts are independent, so its absolute accuracies are not LLM numbers. The 'fact vote' and "
         "'USC-like' baselines need structured facts and are idealised upper references."
     ),
 )

@@ -86,7 +86,9 @@ charts.show(rho_fig, key="rho")
 download.download_csv(pd.DataFrame(res.rho_table, index=res.rho_names, columns=list(res.kinds))
                       .rename_axis("metric").reset_index(), "jl_metric_spearman.csv", key="dl-jl-spearman")
 st.caption("ρ = 0 marks a metric that stays flat. Read off which single number tracks every kind of damage; on "
-           "the default stream only the JL score tracks all three.")
+           "the default stream only the JL score tracks all three. The monotonicity badge asks for ρ ≥ 0.9, which "
+           "at the default 5 levels still lets one pair of neighbouring levels swap, and more pairs with more levels; "
+           "strictly monotone is ρ = 1.")
 
 rows = []
 for kind in res.kinds:

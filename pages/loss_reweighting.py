@@ -33,7 +33,9 @@ layout.paper_header(
         "the same floor and the speed-up measured against uniform's final loss disappears. The bound-shape "
         "check uses plain SGD at a constant step and uniform weights, "
         "where a linear-rate bound applies; it tests the bound's shape (rate ∝ smallest curvature), not the "
-        "paper's constants."
+        "paper's constants. It is a generic bound for SGD on least squares, not the paper's bound for "
+        "loss-reweighted SGD: no reweighting takes part in that check, so it tests the toy's convergence, not "
+        "the weighting."
     ),
 )
 cfg = state.bind_config(eng.Config, SLUG)

@@ -119,6 +119,10 @@ if res.pqn:
         fig.update_xaxes(title="seconds")
         fig.update_yaxes(title="return")
         charts.show(fig, key="pqn_wall")
+    st.caption("The wall-clock badge compares the seconds each learner needs for the same number of env steps (a "
+               "throughput ratio). It does not check which learner reaches a given return first, or whether PQN "
+               "solves the task: for that, compare the greedy returns above and the chart of return against "
+               "seconds.")
     prow = [{"learner": n, "env_steps": int(x), "seconds": float(w), "return": float(r)}
             for n, d in res.pqn.items() for x, w, r in zip(d["x"], d["wall"], d["ret"])]
     download.download_csv(pd.DataFrame(prow), "pqn_cartpole_curves.csv")

@@ -121,7 +121,8 @@ if res.shipped_rl is not None:
 st.subheader("Anatomy: one observation through a SoftMoE")
 a = res.anatomy[cfg.tokenization]
 st.markdown(f"**{cfg.tokenization}**: m = {a['m']} tokens of dimension d = {a['d']}; n = {a['n']} experts × "
-            f"p = {a['p']} slots each.")
+            f"p = {a['p']} slots each. The capacity factor changes this view only: the trained and live heads use "
+            "capacity factor 1.")
 c1, c2 = st.columns(2)
 with c1:
     img = res.obs_image[0] + 2 * res.obs_image[1]
