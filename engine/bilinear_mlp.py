@@ -44,6 +44,10 @@ class Config:
     weight_decay: float = param(0.5, Float(0.0, 2.0, "Weight decay", step=0.05))
     d_hidden: int = param(64, Int(16, 256, "Hidden width h", step=16))
     epochs: int = param(30, Int(5, 200, "Epochs", step=5))
+    n_train: int = param(1200, Int(200, 1200, "Training digits", step=100,
+                                   help="How many digits the classifiers train on, drawn from those outside the "
+                                        "test set; the same 500 test digits score every size. With batches of "
+                                        "256, fewer digits also mean fewer optimiser steps per epoch."))
     alpha: float = param(0.0, Float(-3.0, 3.0, "Steering α", step=0.25,
                                     help="Adds α × (top eigenvector of the class) to the chosen test digit"))
     sample_idx: int = param(0, Int(0, 99, "Test digit to explain"))
@@ -54,7 +58,6 @@ class Config:
     d_embed: int = 64
     lr: float = 2e-2
     batch: int = 256
-    n_train: int = 1200
     toy_steps: int = 600
 
 

@@ -615,8 +615,8 @@ def claims(result: Result) -> list:
     m = result.metrics
     weakest = min(result.kinds, key=lambda k: m[f"spearman_{k.replace(' ', '_')}"])
     return [
-        Claim("The JL metric grows monotonically with the strength of every perturbation "
-              f"({', '.join(result.kinds)})",
+        Claim("The JL metric rises with the strength of every perturbation "
+              f"({', '.join(result.kinds)}), monotonically up to near-ties (Spearman ρ ≥ 0.9)",
               # rounded: one swapped pair among 5 levels gives exactly 0.9, which float arithmetic put just below
               round(m["min_spearman"], 9), ">=", 0.9, label="lowest Spearman ρ(strength, metric)",
               detail=f"weakest: {weakest}; ρ = 1 means perfectly monotone", fmt=".3f"),

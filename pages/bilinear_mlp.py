@@ -22,8 +22,7 @@ layout.paper_header(
         "scikit-learn's 8×8 digits; we decompose it, truncate it to a few eigenvectors, and steer it."
     ),
     caveat="Small scale: 8×8 digits and 64 hidden units instead of MNIST with 256 units; the language-model "
-           "and sparse-autoencoder parts of the paper are not reproduced. The training set is fixed at 1,200 "
-           "digits (the other 597 are the test set); there is no training-size setting.",
+           "and sparse-autoencoder parts of the paper are not reproduced.",
 )
 
 cfg = state.bind_config(eng.Config, SLUG)

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
+from plotly.subplots import make_subplots
 
 from components import charts, download, layout, state
 from components.runner import run_on_upload, run_or_stop
@@ -112,6 +113,21 @@ c3.metric("Real-time factor", f"{m['rtf']:.3f}", help="RFWave's wall time / audi
 c4.metric("Positions per step", f"{int(m['positions_frames_bands'])}",
           help=f"Network positions per step: frames × bands, vs {int(m['positions_samples'])} for a sample-level "
                "model")
+
+wave_t = np.arange(len(res.audio["original"])) / eng.SR
+wave_top = 1.05 * max(float(np.abs(np.clip(res.audio[n], -1, 1)).max()) for n in res.audio) or 1.0   # one shared scale
+fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                    subplot_titles=("original", "RFWave", "Griffin-Lim"))
+for i, name in enumerate(("original", "RFWave", "Griffin-Lim")):
+    fig.add_trace(go.Scatter(x=wave_t, y=np.clip(res.audio[name], -1, 1), mode="lines", name=name, showlegend=False,
+                               line=dict(width=1, color=charts.COLORS[i])), row=i + 1, col=1)
+    fig.update_yaxes(range=[-wave_top, wave_top], row=i + 1, col=1)
+fig.update_xaxes(title="time (s)", row=3, col=1)
+charts.themed(fig, "Waveforms of the three players (drag across a stretch to zoom in)", 420)
+charts.show(fig, key="waves")
+st.caption("Both vocoders rebuild the waveform from magnitudes, so its phase, and with it the shape of each "
+           "period, need not match the original's even where they sound alike: LSD above compares spectra, not "
+           "samples. Zoom into a few milliseconds to see it.")
 
 st.subheader("1 · Spectrograms (re-analysed from the waveforms)")
 times = np.arange(eng.N_FRAMES) * eng.HOP / eng.SR

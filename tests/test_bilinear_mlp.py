@@ -569,3 +569,58 @@ def test_page_follows_the_class_and_the_kept_eigenvectors():
         # rank r on the bar is the r-th entry of the sorted spectrum: the contribution λ (u·Ex)² has λ's sign
         ranks = np.array([int(s[1:]) for s in bars[f"class {c}"]["x"]])
         assert np.all(np.sign(vals) * np.sign(r.eigvals[int(c)][ranks - 1]) >= 0)
+
+
+# ----------------------------------------------------------------------------- the training-size widget
+
+
+@pytest.fixture(scope="module")
+def small_train():
+    """300 training digits, 10 epochs, no baseline: the models it builds and the sizes its minibatches drew from."""
+    import engine.core.nn as nn_mod
+
+    drawn = []
+    real = nn_mod.batch_indices
+
+    def spy(n, batch, steps, generator=None):
+        out = real(n, batch, steps, generator)
+        drawn.append((n, max(int(b.max()) for b in out)))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nn_mod, "batch_indices", spy)
+        res, built, cfg = _run_and_keep_all(eng.Config(n_train=300, epochs=10, relu_baseline=False))
+    return res, built, cfg, drawn
+
+
+def test_training_size_sets_the_training_rows_and_keeps_the_test_set(small_train):
+    """With n_train = 300 the minibatches are drawn from 300 rows; the training curve is an accuracy over exactly
+    300 digits (every value is k/300), and its last point is the kept model's numpy forward pass on the first 300
+    training digits of the split; the test curve is scored on the same 500 test digits as the default 1 200."""
+    from engine.core.data import digits_split
+
+    res, built, cfg, drawn = small_train
+    assert drawn == [(300, drawn[0][1])] and drawn[0][1] < 300
+    counts = res.train_acc * 300
+    np.testing.assert_allclose(counts, np.round(counts), atol=1e-3)
+    Xtr, ytr, Xte, yte = digits_split(300, cfg.seed)
+    _, _, Xte_default, yte_default = digits_split(eng.Config().n_train, cfg.seed)
+    assert len(Xtr) == 300 and np.array_equal(Xte, Xte_default) and np.array_equal(yte, yte_default)
+    model = built[0][0]
+    assert res.train_acc[-1] == pytest.approx(np.mean(_np_forward(model, Xtr).argmax(1) == ytr), abs=1.5 / 300)
+    assert res.test_acc[-1] == pytest.approx(np.mean(_np_forward(model, Xte).argmax(1) == yte), abs=1.5 / 500)
+    assert res.metrics["acc_full"] == pytest.approx(res.test_acc[-1], abs=1e-6)
+
+
+def test_training_size_widget_is_bound_to_the_url(small_train):
+    """A link with n_train = 300 sets the sidebar slider to 300, keeps 300 in the URL, and the page draws that run
+    (the training curve of the 300-digit model seeded in the store, not one it computed for another config)."""
+    from engine.core.params import to_query
+
+    res, _, cfg, _ = small_train
+    at = open_page("bilinear_mlp", to_query(cfg), seed=(("engine.bilinear_mlp", cfg, res),))
+    slider = next(w for w in at.sidebar.slider if w.key == "bilinear-mlp:n_train")
+    assert slider.value == 300 and slider.label == "Training digits"
+    assert at.query_params["n_train"] in ("300", ["300"])
+    curves = {d["name"]: d for d in figures(at)["acc"]["data"]}
+    np.testing.assert_allclose(values(curves["bilinear train"]["y"]), res.train_acc)

@@ -422,7 +422,8 @@ def test_iteration_cap_reported_as_run(monkeypatch):
     minimize = optimize.minimize
 
     def spy(fun, x0, *args, **kwargs):
-        calls.append((len(x0) + 1, kwargs["options"]["maxiter"]))
+        if kwargs["args"] == (1024,):                       # the sweep, not the scaling badge's run at n = 2^17
+            calls.append((len(x0) + 1, kwargs["options"]["maxiter"]))
         return minimize(fun, x0, *args, **kwargs)
 
     monkeypatch.setattr(eng.optimize, "minimize", spy)
@@ -461,3 +462,99 @@ def test_page_tiles_rmse_chart_and_strategy_follow_the_curve(default_result):
     c = values(bars["y"])
     assert len(c) == r.view_b and np.linalg.norm(c) == pytest.approx(1.0)
     np.testing.assert_allclose(c, r.coefs[list(r.bands).index(r.view_b)])
+
+
+# ----------------------------------------------------------------------------- the scaling badge at n = 2^17
+
+
+def _scaling_claim(result):
+    return next(c for c in eng.claims(result) if c.statement.startswith("It scales"))
+
+
+def _fake_clock(monkeypatch, bump: dict):
+    """Replace the engine's clock: every reading advances it by 1 µs, and a call of optimize_toeplitz with
+    (n, b) in `bump` advances it by bump[(n, b)] seconds. Returns the list of (n, b, max_iters) calls made."""
+    clock = [0.0]
+    calls = []
+    real = eng.optimize_toeplitz
+
+    def tick():
+        clock[0] += 1e-6
+        return clock[0]
+
+    def spy(n, b, max_iters=100, info=None):
+        calls.append((int(n), int(b), int(max_iters)))
+        out = real(n, b, max_iters, info)
+        clock[0] += bump.get((int(n), int(b)), 0.0)
+        return out
+
+    monkeypatch.setattr(eng.time, "perf_counter", tick)
+    monkeypatch.setattr(eng, "optimize_toeplitz", spy)
+    return calls
+
+
+def test_scaling_badge_times_one_optimisation_at_n_2_17(monkeypatch):
+    """Below n = 2^17 the badge times a separate, whole optimisation of a 16-banded strategy at n = 131 072: with a
+    clock that only moves (by 7 s) during that call, the badge reads 7 s; the call happens once, with the sweep's
+    iteration budget; the sweep's own time stays in the detail."""
+    calls = _fake_clock(monkeypatch, {(2**17, 16): 7.0})
+    r = eng.run(eng.Config(n=256, max_bands=16, max_iters=40))
+    m = r.metrics
+    assert [c for c in calls if c[0] == 2**17] == [(2**17, 16, 40)]
+    assert m["scale_n"] == 131072 and m["scale_b"] == 16 and m["scale_reused"] == 0
+    assert m["scale_seconds"] == pytest.approx(7.0, abs=1e-3)
+    claim = _scaling_claim(r)
+    assert claim.measured == m["scale_seconds"] and claim.threshold == 30.0 and claim.op == "<="
+    assert "16-banded strategy at n = 131,072" in claim.statement
+    assert f"took {m['opt_seconds']:.2f} s" in claim.detail and "n = 256" in claim.detail
+
+
+def test_scaling_badge_reuses_the_sweep_at_large_n(monkeypatch):
+    """At n >= 2^17 with b = 16 in the sweep, the badge reports the sweep's own b = 16 optimisation (timed by the
+    same clock) and runs no second one."""
+    calls = _fake_clock(monkeypatch, {(2**17, 16): 5.0})
+    r = eng.run(eng.Config(n=2**17, max_bands=16, max_iters=20))
+    m = r.metrics
+    assert [c for c in calls if c[:2] == (2**17, 16)] == [(2**17, 16, 20)]
+    assert m["scale_reused"] == 1 and m["scale_n"] == 2**17
+    assert m["scale_seconds"] == pytest.approx(5.0, abs=1e-3)
+    i = list(r.bands).index(16)
+    np.testing.assert_array_equal(r.scale_coefs, r.coefs[i])
+    assert m["scale_err"] == r.mean_err[i]
+    assert _scaling_claim(r).measured == m["scale_seconds"]
+
+
+def _banded_mean_error(c, n):
+    """(1/n)·‖A·inv(C)‖_F² for a banded lower-triangular Toeplitz C, without the engine's filter: γ = inv(C)·e₀ by
+    LAPACK's banded solver, and the squared row norms of A·inv(C) summed row by row."""
+    from scipy.linalg import solve_banded
+
+    b = len(c)
+    ab = np.zeros((b, n))
+    for r in range(b):
+        ab[r, : n - r] = c[r]                 # row r of the (lower) banded storage holds sub-diagonal r
+    e0 = np.zeros(n)
+    e0[0] = 1.0
+    gamma = solve_banded((b - 1, 0), ab, e0)
+    beta = np.cumsum(gamma)                   # row i of A·inv(C) holds beta_0 ... beta_i
+    return float(np.mean(np.cumsum(beta**2)))
+
+
+def test_scaling_badge_strategy_error_at_n_2_17(default_result):
+    """At the default the badge is measured at n = 131 072 on a real strategy: its reported mean error is the error
+    of the returned coefficients (the engine's fast formula and an independent banded-solver evaluation), the
+    coefficients keep the strategy's structure, and they beat the square-root start C(2r, r)/4^r."""
+    r = default_result
+    m = r.metrics
+    n = 2**17
+    assert m["scale_n"] == n and m["scale_b"] == 16 and m["scale_reused"] == 0
+    assert _scaling_claim(r).measured == m["scale_seconds"]
+    c = r.scale_coefs
+    assert len(c) == 16 and np.linalg.norm(c) == pytest.approx(1.0)
+    assert np.all(c > 0) and np.all(np.diff(c) <= 1e-12)
+    assert m["scale_err"] == pytest.approx(eng.toeplitz_errors(c, n)[0], rel=1e-12)
+    assert m["scale_err"] == pytest.approx(_banded_mean_error(c, n), rel=1e-8)
+    k = np.arange(16)
+    c0 = np.exp(special.gammaln(2 * k + 1) - 2 * special.gammaln(k + 1) - k * math.log(4))
+    c0 /= np.linalg.norm(c0)
+    assert m["scale_err"] < 0.9 * _banded_mean_error(c0, n)

@@ -91,6 +91,22 @@ def test_sweep_at_utd_one_reads_higher_over_lower():
     assert not any("UTD 2 /" in c.label for c in at2)
 
 
+def test_noisy_main_model_is_compared_with_a_good_model_not_with_itself():
+    """With 'noisy' chosen as the model, the main MAD-TD run is the noisy one; the sweep must then add the good
+    (noise-free least-squares) model, not a second noisy run (which made the badge noisy / noisy, about 1). The good
+    variant is checked against an independent run with the least-squares model chosen outright."""
+    small = dict(env_steps=100, n_seeds=2, width=16)
+    noisy = eng.run(eng.Config(model="noisy", sweep=True, **small))
+    plain = eng.run(eng.Config(model="lstsq", sweep=False, **small))
+    u = eng.Config().utd
+    good = noisy.final[f"{eng.GOOD_MODEL} @ UTD {u}"]
+    assert f"{eng.NOISY_MODEL} @ UTD {u}" not in noisy.final
+    np.testing.assert_array_equal(good, plain.final[f"MAD-TD @ UTD {u}"])
+    assert not np.array_equal(good, noisy.final[f"MAD-TD @ UTD {u}"])
+    assert noisy.metrics["noisy_ratio"] == pytest.approx(float(np.median(noisy.final[f"MAD-TD @ UTD {u}"]))
+                                                         / float(np.median(good)))
+
+
 @pytest.mark.parametrize("arch", ["ln-mish", "relu"])
 def test_variants_of_a_seed_share_initial_weights(arch):
     crit = eng.Critics(6, 8, np.random.default_rng(0), share=2, arch=arch)

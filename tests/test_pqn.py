@@ -163,11 +163,21 @@ def test_caveat_on_slow_layernorm_seeds_holds_at_default():
         assert np.all(maxv[slow, -1] < maxv[slow, mid]), (k, maxv[slow, mid], maxv[slow, -1])
 
 
-def test_pqn_part_b_at_the_spec_env_steps():
+PQN_CONFIG = eng.Config(run_pqn=True, steps=500)
+
+
+@pytest.fixture(scope="module")
+def pqn_result():
+    """Part B at its defaults (60 000 env steps, 32 envs, seed 0), with a shorter Baird part."""
+    return eng.run(PQN_CONFIG)
+
+
+def test_pqn_part_b_at_the_spec_env_steps(pqn_result):
     """Part B at its defaults (60 000 env steps, 32 envs, seed 0): LayerNorm PQN learns CartPole while the same
     learner without LayerNorm does not (measured 118 vs 9; at seeds 0-7 LayerNorm 90-336, no LayerNorm 9-22). The
-    wall-clock badge is not asserted here (timings belong to the benchmark); only that both times were measured."""
-    res = eng.run(eng.Config(run_pqn=True, steps=500))
+    wall-clock badge's verdict is not asserted here (timings belong to the benchmark); only that both times were
+    measured."""
+    res = pqn_result
     m = res.metrics
     learns = next(c for c in eng.claims(res) if c.label == "greedy return, PQN with LayerNorm")
     assert learns.passed, learns.describe()
@@ -429,17 +439,21 @@ def test_sampled_updates_draw_minibatches_of_32_uniform_states():
 
 def test_part_b_metrics_and_badges_read_the_learner_they_name(monkeypatch):
     """Part B's wiring with the learners replaced by stubs: each metric card and badge reads its own learner, the seed
-    widget reaches every learner, and the two badges use their stated bars (2 × no-LayerNorm's return; DQN / PQN)."""
+    widget reaches every learner, and the two badges use their stated bars (2 × no-LayerNorm's return; DQN / PQN
+    seconds to a training return of 250)."""
     calls = []
 
     def fake_pqn(cfg, seed, layernorm, progress=None):
         calls.append(("pqn", seed, layernorm))
-        return {"x": np.array([1.0]), "ret": np.array([1.0]), "wall": np.array([1.0]),
+        ret = [100.0, 260.0, 200.0] if layernorm else [300.0, 10.0, 10.0]
+        wall = [0.5, 1.0, 1.5] if layernorm else [0.1, 0.2, 0.3]
+        return {"x": np.array([256.0, 512.0, 768.0]), "ret": np.array(ret), "wall": np.array(wall),
                 "greedy": 100.0 if layernorm else 55.0, "seconds": 2.0 if layernorm else 3.0}
 
     def fake_dqn(cfg, seed, progress=None):
         calls.append(("dqn", seed, None))
-        return {"x": np.array([1.0]), "ret": np.array([1.0]), "wall": np.array([1.0]), "greedy": 30.0, "seconds": 5.0}
+        return {"x": np.array([256.0, 512.0, 768.0, 1024.0]), "ret": np.array([50.0, 100.0, 250.0, 300.0]),
+                "wall": np.array([1.0, 2.0, 3.0, 4.0]), "greedy": 30.0, "seconds": 5.0}
 
     monkeypatch.setattr(eng, "train_pqn", fake_pqn)
     monkeypatch.setattr(eng, "train_dqn", fake_dqn)
@@ -452,8 +466,89 @@ def test_part_b_metrics_and_badges_read_the_learner_they_name(monkeypatch):
     cl = {c.label: c for c in eng.claims(res)}
     learns = cl["greedy return, PQN with LayerNorm"]
     assert learns.threshold == 110.0 and not learns.passed       # 100 < max(60, 2 × 55)
-    wall = cl["DQN seconds / PQN seconds, same env steps"]
-    assert wall.measured == pytest.approx(2.5) and wall.passed
+    # the wall-clock badge reads the LayerNorm PQN's curve (first point >= 250 at 1.0 s; the no-LayerNorm stub,
+    # which would get there at 0.1 s, is not it) and DQN's (3.0 s), not their total seconds (2 s and 5 s)
+    wall = cl["DQN seconds / PQN seconds to a training return of 250"]
+    assert (m["pqn_seconds_to_bar"], m["dqn_seconds_to_bar"]) == (1.0, 3.0)
+    assert wall.measured == pytest.approx(3.0) and wall.passed
+    assert "PQN reached 250 after 1.00 s, DQN after 3.00 s" in wall.detail
+    assert "same env steps: 2.5" in wall.detail                  # the old throughput ratio, as information only
+
+
+def test_seconds_to_reach_takes_the_first_point_at_or_above_the_bar():
+    wall = np.array([0.5, 1.0, 1.5, 2.0, 2.5])
+    ret = np.array([20.0, 249.9, 250.0, 120.0, 400.0])
+    assert eng.seconds_to_reach(wall, ret, 250.0) == 1.5         # equal counts; the later dip does not matter
+    assert eng.seconds_to_reach(wall, ret, 10.0) == 0.5
+    assert eng.seconds_to_reach(wall, ret, 300.0) == 2.5
+    assert eng.seconds_to_reach(wall, ret, 401.0) == float("inf")   # never reaches it
+    assert eng.seconds_to_reach(np.array([]), np.array([]), 1.0) == float("inf")   # no finished episode yet
+
+
+def test_time_to_bar_badge_when_a_learner_never_reaches_the_bar():
+    base = {"pqn_seconds": 1.5, "dqn_seconds": 9.0}
+    inf = float("inf")
+    # PQN never: fails, whatever DQN did
+    for d in (3.0, inf):
+        c = eng.time_to_bar_claim({**base, "pqn_seconds_to_bar": inf, "dqn_seconds_to_bar": d})
+        assert c.measured == 0.0 and not c.passed and "PQN never reached 250" in c.detail
+    # only DQN never: the ratio is at least DQN's whole run over PQN's time to the bar
+    c = eng.time_to_bar_claim({**base, "pqn_seconds_to_bar": 0.5, "dqn_seconds_to_bar": inf})
+    assert c.measured == pytest.approx(18.0) and c.passed and "DQN never reached it" in c.detail
+    c = eng.time_to_bar_claim({**base, "pqn_seconds_to_bar": 0.5, "dqn_seconds_to_bar": 0.9})
+    assert c.measured == pytest.approx(1.8) and not c.passed
+
+
+def test_time_to_bar_badge_recomputed_from_the_curves(pqn_result):
+    """The wall-clock badge at Part B's defaults, recomputed with a plain loop over each learner's recorded curve:
+    the first recorded point whose training return is at least 250 (half of CartPole-v1's 500-step cap) gives the
+    seconds; no such point gives +inf."""
+    assert eng.RETURN_BAR == 250 == eng.CartPole.max_steps / 2 and eng.CartPole.max_steps == 500
+    m = pqn_result.metrics
+
+    def first_time(curve):
+        for w, r in zip(curve["wall"], curve["ret"]):
+            if r >= 250:
+                return float(w)
+        return float("inf")
+
+    t_pqn = first_time(pqn_result.pqn["PQN (LayerNorm)"])
+    t_dqn = first_time(pqn_result.pqn["DQN (replay + target)"])
+    assert (m["pqn_seconds_to_bar"], m["dqn_seconds_to_bar"]) == (t_pqn, t_dqn)
+    if t_pqn == float("inf"):
+        want = 0.0
+    elif t_dqn == float("inf"):
+        want = m["dqn_seconds"] / t_pqn
+    else:
+        want = t_dqn / t_pqn
+    (badge,) = [c for c in eng.claims(pqn_result) if c.label.startswith("DQN seconds / PQN seconds to")]
+    assert badge.statement.startswith("PQN reaches a training return of 250 in less wall-clock time than DQN")
+    assert badge.op == ">=" and badge.threshold == 2.0
+    assert badge.measured == pytest.approx(want, rel=1e-12)
+    assert badge.passed == (want >= 2.0)
+    # both curves share the smoothing and the time origin: x in env steps every 256, seconds from 0 and rising
+    for name in ("PQN (LayerNorm)", "DQN (replay + target)"):
+        d = pqn_result.pqn[name]
+        assert len(d["wall"]) == len(d["ret"]) == len(d["x"]) and np.all(np.diff(d["wall"]) >= 0)
+        assert 0 < d["wall"][0] <= d["wall"][-1] <= d["seconds"]
+        assert np.all(np.diff(d["x"]) % 256 == 0)
+
+
+def test_page_marks_the_bar_and_states_each_learners_time(pqn_result):
+    """The page with Part B on, read back: a dashed line at 250 on the return-vs-seconds chart, and the caption
+    under it states each learner's seconds to 250 (or that it never got there) as the result has them."""
+    from engine.core.params import to_query
+    from tests.pagetext import figures
+
+    at = open_page("pqn", to_query(PQN_CONFIG), seed=(("engine.pqn", PQN_CONFIG, pqn_result),))
+    shapes = figures(at)["pqn_wall"]["layout"]["shapes"]
+    assert [(s["y0"], s["y1"], s["line"]["dash"]) for s in shapes] == [(250, 250, "dash")]
+    cap = next(c.value for c in at.caption if c.value.startswith("The wall-clock badge times learning"))
+    m = pqn_result.metrics
+    for who, key in (("PQN with LayerNorm", "pqn"), ("DQN", "dqn")):
+        sec = m[f"{key}_seconds_to_bar"]
+        said = f"reached it after {sec:.2f} s" if np.isfinite(sec) else "never reached it"
+        assert f"{who} {said}" in cap
 
 
 class _RecordingCartPole(eng.CartPole):

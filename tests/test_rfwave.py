@@ -652,3 +652,20 @@ def test_page_band_highlight_tiles_and_straightness_follow_the_result(default_re
     y = values(s_line["y"])
     assert y.max() == pytest.approx(1.0)
     np.testing.assert_allclose(y * res.curve_s.max(), res.curve_s, rtol=1e-6)
+
+
+def test_page_waveforms_are_the_players_clips(default_result):
+    """The waveform panel draws, on one time axis in seconds, the same three clips the audio players get (clipped to
+    ±1 as the players are), one row each, in the players' order."""
+    res = default_result
+    at = open_page("rfwave", seed=(("engine.rfwave", eng.Config(), default_result),))
+    fig = figures(at)["waves"]
+    names = [t["name"] for t in fig["data"]]
+    assert names == ["original", "RFWave", "Griffin-Lim"]
+    axes = [t.get("yaxis", "y") for t in fig["data"]]
+    assert len(set(axes)) == 3
+    for t in fig["data"]:
+        y = values(t["y"])
+        np.testing.assert_allclose(y, np.clip(res.audio[t["name"]], -1, 1), rtol=1e-6)
+        x = values(t["x"])
+        assert len(x) == len(y) and x[0] == 0 and x[1] == pytest.approx(1 / eng.SR)
