@@ -121,6 +121,7 @@ class Result:
     curve_steps: np.ndarray
     roc_fpr: np.ndarray
     roc_tpr: np.ndarray
+    roc_others: dict  # method -> (fpr, tpr) of log q(x; 1) − log q(x; 0) (plain flow; β-NF with compare all)
     compare: dict[str, list[float]]  # method -> clipped held-out failure LL per seed (compare all)
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -763,6 +764,20 @@ def run(config: Config, progress=None) -> Result:
     y = np.concatenate([np.ones(N_HELDOUT), np.zeros(N_HELDOUT)])
     fpr, tpr, metrics["auc"] = roc(y, score)
     keep = np.unique(np.linspace(0, len(fpr) - 1, 200).astype(int))
+    # the same anomaly score for the conditional baselines (failure label 1, nominal 0): the plain flow here, β-NF
+    # (its first seed, on the same data) with "compare all"; the flows of one regime alone have no such score
+    roc_others: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def other_roc(name, flow, lab):
+        s = np.concatenate([ll(flow, held_f, lab) - ll(flow, held_f, z), ll(flow, held_n, lab) - ll(flow, held_n, z)])
+        f, t, metrics[f"auc_{name}"] = roc(y, s)
+        k = np.unique(np.linspace(0, len(f) - 1, 200).astype(int))
+        roc_others[name] = (f[k], t[k])
+
+    other_roc("plain", flows["plain"], labels["plain"])
+    if ("betanf", 0) in todo:
+        f, lab, _ = trained[len(methods) + todo.index(("betanf", 0))]
+        other_roc("betanf", f, lab)
     c_init = torch.full((1, K), 1.0 / K, device=device)
     metrics["train_fail_cstar"] = float(ll(cal, failure, c_star).mean())
     metrics["train_fail_cinit"] = float(ll(cal, failure, c_init).mean())
@@ -810,7 +825,7 @@ def run(config: Config, progress=None) -> Result:
         dens_cal=d_cal[1], dens_plain=dens(flows["plain"], [labels["plain"]])[0], dens_family=fam,
         family_lambdas=lambdas, c_star=c_star.cpu().numpy()[0],
         curves={m: curves[m]["held"] for m in methods}, curves_train={m: curves[m]["train"] for m in methods},
-        curve_steps=curves["calnf"]["steps"], roc_fpr=fpr[keep], roc_tpr=tpr[keep], compare=compare,
+        curve_steps=curves["calnf"]["steps"], roc_fpr=fpr[keep], roc_tpr=tpr[keep], roc_others=roc_others, compare=compare,
         metrics=metrics,
     )
 

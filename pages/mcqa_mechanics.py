@@ -168,7 +168,9 @@ download.download_csv(pd.DataFrame(res.resid_patch, columns=list(eng.POS_NAMES),
 # --- head patching -----------------------------------------------------------------------------------
 st.subheader("Activation patching: attention heads")
 st.caption(f"Replace one head's output (at the {cfg.head_positions}) with prompt B's. Right: the top heads "
-           "patched together, against random sets of the same size.")
+           "patched together, against random sets of the same size. The heads are ranked on the page's pairs, so "
+           "the line 'same heads, fresh pairs' scores the same head sets again on as many fresh pairs that played "
+           "no part in ranking them: a ranking that only fitted the noise of these pairs would drop there.")
 left, right = st.columns(2)
 with left:
     charts.show(charts.heatmap(res.head_patch, x=[f"H{h + 1}" for h in range(H)], y=[f"L{i + 1}" for i in range(L)],
@@ -178,11 +180,13 @@ with right:
     ks = np.arange(1, len(res.topk_curve) + 1)
     random_point = np.where(ks == int(m["k"]), res.random_k.mean(), np.nan)
     charts.show(charts.lines(ks, {"top heads, patched together": res.topk_curve,
+                                  "same heads, fresh pairs": res.topk_curve_fresh,
                                   f"{int(m['k'])} random heads (mean)": random_point},
                              title="Joint recovery of the top-k heads", xlabel="k", ylabel="recovery",
                              mode="lines+markers", height=340), key="topk")
 st.caption("Top heads: " + ", ".join(f"L{la + 1}H{h + 1} ({res.head_patch[la, h]:.2f})" for la, h in res.top_heads)
-           + f". Top {int(m['k'])} together: {m['topk_recovery']:.2f}; random sets of {int(m['k'])}: "
+           + f". Top {int(m['k'])} together: {m['topk_recovery']:.2f} (on fresh pairs "
+           f"{m['topk_recovery_fresh']:.2f}); random sets of {int(m['k'])}: "
            f"{m['random_k_recovery_mean']:.2f} on average.")
 if m["topk_recovery"] < eng.HEAD_BAR:
     busiest = int(m["busiest_block"])
@@ -204,6 +208,7 @@ charts.show(charts.bars(list(eng.POS_NAMES), res.attn_top,
 download.download_csv(pd.DataFrame([{"layer": i + 1, "head": j + 1, "recovery": res.head_patch[i, j]}
                                     for i in range(L) for j in range(H)]), "head_patching.csv")
 download.download_csv(pd.DataFrame({"k": ks, "joint_recovery_top_k": res.topk_curve,
+                                    "joint_recovery_top_k_fresh_pairs": res.topk_curve_fresh,
                                     "random_k_heads_mean": random_point}), "top_k_heads.csv")
 download.download_csv(pd.DataFrame({"position": list(eng.POS_NAMES), "attention": res.attn_top}),
                       "top_head_attention.csv")

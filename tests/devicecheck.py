@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import importlib
 import os
+import re
 import sys
 
 import numpy as np
@@ -270,6 +271,25 @@ def device_engines() -> list[str]:
         if getattr(m, "USES_DEVICE", False):
             mods.append(p.module)
     return mods
+
+
+_ITERATION_FIELD = re.compile(r"(^|_)(steps|iters\d*|epochs)$")
+
+
+def fewer_iterations(config, factor: int = 4):
+    """``config`` with every iteration-count widget (a whole-number field named ``steps``, ``*_steps``, ``iters``,
+    ``iters3``, ``epochs``, ...) cut to 1/``factor`` of its value, on its widget's grid and not below its minimum.
+    Everything else (the branches, the sizes) stays as it is. Where a tensor lives does not depend on how many
+    times the same training step runs, so the suite checks HEAVY_CONFIG's code paths this way at a fraction of
+    the cost; ``python -m tests.devicecheck --heavy`` runs them in full."""
+    from engine.core.params import Int, widget_specs
+
+    cut = {}
+    for name, spec in widget_specs(type(config)).items():
+        v = getattr(config, name)
+        if isinstance(spec, Int) and _ITERATION_FIELD.search(name) and v > spec.lo:
+            cut[name] = max(spec.lo, spec.lo + (v // factor - spec.lo) // spec.step * spec.step)
+    return dataclasses.replace(config, **cut)
 
 
 def check_engine(module: str, config=None) -> list[str]:

@@ -304,13 +304,54 @@ return out;
 """
 
 
+# What the layout checks read, as one comparable value: each chart's container and drawing size and its number of
+# text labels, the formulas KaTeX has drawn and the open expanders.
+LAYOUT_JS = """
+const charts = [...document.querySelectorAll('[data-testid=stPlotlyChart]')].map(el => {
+  const r = el.getBoundingClientRect(), svg = el.querySelector('.main-svg');
+  const s = svg ? svg.getBoundingClientRect() : {width: -1, height: -1};
+  return [Math.round(r.width), Math.round(s.width), Math.round(s.height), el.querySelectorAll('text').length];
+});
+return [charts, document.querySelectorAll('.katex').length, document.querySelectorAll('details[open]').length];
+"""
+
+
+def _settle(d, changed_from=None, quiet: float = 0.5, timeout: float = 8.0):
+    """Wait until the page's layout (LAYOUT_JS) has stopped changing for ``quiet`` seconds, instead of sleeping a fixed
+    time. With ``changed_from`` (the layout before a resize or a click) it first waits, up to half the timeout, for the
+    layout to differ from it, so a check never reads the page before it has started to react. Returns the layout."""
+    from selenium.common.exceptions import WebDriverException
+
+    def snap():
+        try:
+            return d.execute_script(LAYOUT_JS)
+        except WebDriverException:  # re-rendering
+            return None
+
+    t0 = time.perf_counter()
+    cur = snap()
+    if changed_from is not None:
+        while cur == changed_from and time.perf_counter() - t0 < timeout / 2:
+            time.sleep(0.1)
+            cur = snap()
+    since = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        time.sleep(0.1)
+        nxt = snap()
+        if nxt != cur or nxt is None:
+            cur, since = nxt, time.perf_counter()
+        elif time.perf_counter() - since >= quiet:
+            break
+    return cur
+
+
 @pytest.mark.parametrize("paper", built_papers(), ids=[p.slug for p in built_papers()])
 def test_page_renders_in_browser(server, driver, paper):
     base, _ = server
     _console_errors(driver)                 # what earlier tests left in the log is theirs
     driver.get(f"{base}/{paper.url_path}")
     waited = _wait_rendered(driver, PAGE_TIMEOUT)
-    time.sleep(0.5)
+    wide = _settle(driver)
     n_charts, hits = driver.execute_script(TEXT_COLLISIONS_JS)
     assert n_charts >= 1
     assert not hits, f"labels drawn over each other (chart index, label, label): {hits}"
@@ -324,15 +365,16 @@ def test_page_renders_in_browser(server, driver, paper):
     # a small laptop window: the charts re-lay themselves out narrower, and their labels must still not collide
     # nor run past the chart
     driver.set_window_size(1024, 1100)
+    narrow_layout = wide
     try:
-        time.sleep(1.5)
+        narrow_layout = _settle(driver, changed_from=wide)
         _, narrow = driver.execute_script(TEXT_COLLISIONS_JS)
         narrow_cut = driver.execute_script(CLIPPED_LABELS_JS)
         uneven = driver.execute_script(UNEVEN_ROWS_JS)
         metric_cut = driver.execute_script(METRIC_CUT_JS)
     finally:
         driver.set_window_size(1400, 1100)
-        time.sleep(1.0)                     # let the charts lay themselves out again before the screenshot
+        _settle(driver, changed_from=narrow_layout)  # the charts lay themselves out again before the screenshot
     assert not narrow, f"at 1024 px, labels drawn over each other (chart index, label, label): {narrow}"
     assert not narrow_cut, f"at 1024 px, labels running past their chart's edge (chart index, label): {narrow_cut}"
     assert not uneven, f"at 1024 px, side-by-side charts start at different heights (row, px, titles): {uneven}"
@@ -352,10 +394,12 @@ def test_page_renders_in_browser(server, driver, paper):
 def _open_how_it_works(d) -> None:
     from selenium.webdriver.common.by import By
 
+    before, clicked = d.execute_script(LAYOUT_JS), False
     for summary in d.find_elements(By.CSS_SELECTOR, "[data-testid='stExpander'] details:not([open]) summary"):
         if "How it works" in summary.text:
             d.execute_script("arguments[0].click();", summary)
-    time.sleep(1.0)
+            clicked = True
+    _settle(d, changed_from=before if clicked else None)
 
 
 def _unreadable_formulas(d) -> list[str]:

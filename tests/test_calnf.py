@@ -389,6 +389,30 @@ def test_reported_metrics_recomputed_from_the_trained_flow(monkeypatch):
     score = np.r_[lp(held_f, c_star) - lp(held_f, c0), lp(held_n, c_star) - lp(held_n, c0)]
     y = np.r_[np.ones(len(held_f)), np.zeros(len(held_n))]
     assert m["auc"] == pytest.approx(roc_auc_score(y, score), abs=1e-4)
+    # the plain conditional flow's own score, log q(x; 1) − log q(x; 0), on the same held-out points
+    assert seen["jobs"][1].method == "plain"
+    pf, c1 = seen["out"][1][0], torch.ones(1, K)
+    score_p = np.r_[_lp(pf, held_f, c1) - _lp(pf, held_f, c0), _lp(pf, held_n, c1) - _lp(pf, held_n, c0)]
+    assert m["auc_plain"] == pytest.approx(roc_auc_score(y, score_p), abs=1e-4)
+    assert "betanf" not in res.roc_others and "auc_betanf" not in m  # only with "compare all"
+
+
+def test_compare_all_roc_of_beta_nf_is_its_first_seed_flow(spied_run):
+    """With 'compare all' the ROC panel adds β-NF: the flow trained on the page's own data (seed index 0), scored
+    with log q(x; 1) − log q(x; 0) like the plain flow; its area matches scikit-learn and the plotted curve."""
+    from sklearn.metrics import roc_auc_score
+
+    cfg, res, seen, held_n = spied_run
+    (i,) = [i for i, j in enumerate(seen["jobs"]) if j.method == "betanf" and j.failure is seen["jobs"][0].failure]
+    flow, K = seen["out"][i][0], cfg.K
+    held_f = seen["held_f"]
+    c0, c1 = torch.zeros(K), torch.ones(K)
+    score = np.r_[_lp(flow, held_f, c1) - _lp(flow, held_f, c0), _lp(flow, held_n, c1) - _lp(flow, held_n, c0)]
+    y = np.r_[np.ones(len(held_f)), np.zeros(len(held_n))]
+    assert res.metrics["auc_betanf"] == pytest.approx(roc_auc_score(y, score), abs=1e-4)
+    fpr, tpr = res.roc_others["betanf"]
+    assert fpr[0] == 0 and fpr[-1] == 1 and tpr[-1] == 1
+    assert float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2)) == pytest.approx(res.metrics["auc_betanf"], abs=0.01)
 
 
 # ----------------------------------------------------------------------------- second mutation round
@@ -604,8 +628,12 @@ def test_page_density_roc_and_curve_charts_carry_the_right_arrays(default_page, 
     np.testing.assert_allclose(fpr, r.roc_fpr)
     np.testing.assert_allclose(tpr, r.roc_tpr)
     area = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
-    html = " ".join(el.proto.body for el in at.get("html"))
-    assert f"(AUC {area:.3f})" in html
+    assert f"(AUC {area:.3f})" in roc["name"]
+    # the plain conditional flow's ROC next to it, under its own AUC
+    (plain,) = [d for d in figs["roc"]["data"] if d["name"].startswith(NAMES["plain"])]
+    np.testing.assert_allclose(values(plain["x"]), r.roc_others["plain"][0])
+    np.testing.assert_allclose(values(plain["y"]), r.roc_others["plain"][1])
+    assert f"(AUC {r.metrics['auc_plain']:.3f})" in plain["name"]
     # each method's dotted training curve is its training-failure LL, the solid one its held-out LL
     lines = {d["name"]: values(d["y"]) for d in figs["curves"]["data"]}
     for k, v in r.curves.items():

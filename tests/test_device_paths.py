@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from engine.registry import built_papers
-from tests.devicecheck import FAKE, check_engine, device_engines, fake_accelerator
+from tests.devicecheck import FAKE, check_engine, device_engines, fake_accelerator, fewer_iterations
 
 
 def _findings(fn):
@@ -99,9 +99,32 @@ def test_default_run_keeps_one_device(module):
 
 @pytest.mark.parametrize("module", device_engines())
 def test_largest_setting_keeps_one_device(module):
-    """HEAVY_CONFIG: the live-training paths that the default view (often a shipped checkpoint) skips."""
+    """HEAVY_CONFIG: the live-training paths that the default view (often a shipped checkpoint) skips, with its
+    iteration counts cut to a quarter (``fewer_iterations``: the same branches and sizes, fewer identical steps;
+    ``python -m tests.devicecheck --heavy`` runs them in full)."""
     m = importlib.import_module(module)
-    assert check_engine(module, m.HEAVY_CONFIG) == []
+    assert check_engine(module, fewer_iterations(m.HEAVY_CONFIG)) == []
+
+
+def test_fewer_iterations_cuts_only_iteration_counts():
+    """Only whole-number iteration widgets change, to about a quarter, on their widget's grid and inside its range;
+    a config without such a field (or already at the minimum) comes back equal."""
+    import engine.calnf as calnf
+    import engine.deep_ruot as ruot
+    import engine.mcqa_mechanics as mcqa
+    from engine.core.params import widget_specs
+
+    for eng in (calnf, ruot):
+        heavy, cut = eng.HEAVY_CONFIG, fewer_iterations(eng.HEAVY_CONFIG)
+        specs = widget_specs(type(heavy))
+        changed = {k for k in specs if getattr(heavy, k) != getattr(cut, k)}
+        assert changed and all(k in ("steps", "iters", "iters3") for k in changed)
+        for k in changed:
+            lo, step = specs[k].lo, specs[k].step
+            assert lo <= getattr(cut, k) <= max(lo, getattr(heavy, k) // 4) and (getattr(cut, k) - lo) % step == 0
+            specs[k].validate(getattr(cut, k))
+    assert fewer_iterations(calnf.HEAVY_CONFIG).steps == 250 and fewer_iterations(calnf.HEAVY_CONFIG).compare_all
+    assert fewer_iterations(mcqa.HEAVY_CONFIG) == mcqa.HEAVY_CONFIG
 
 
 def test_command_line_sweeps_the_widget_branches(capsys):

@@ -388,6 +388,32 @@ def test_example_panel_follows_the_example_widget(model):
     assert r.attn_top.sum() == pytest.approx(1.0, abs=1e-5)
 
 
+def test_top_heads_scored_again_on_fresh_pairs(res, model, default_pairs):
+    """The heads are ranked on the page's pairs; the fresh-pair curve patches the same top-j sets on new pairs (drawn
+    from their own seed, none shared with the page's), recomputed here in the NumPy forward pass. At the default the
+    top-k set still clears the head badge's bar there and stays far above the random k-head control, so the ranking
+    is not an artefact of the 64 pairs (on 64 pairs single points of the two curves differ by up to ~0.1 by chance)."""
+    a, _ = default_pairs
+    fa, fb = eng.make_pairs(64, eng.VARIANTS[0], np.random.default_rng(eng.FRESH_SEED + 0))
+    assert not set(map(bytes, fa.ids)) & set(map(bytes, a.ids))
+    sd = _state(model)
+    T = eng.SEQ_LEN
+    la, _ = _numpy_forward(sd, model.arch, fa.ids)
+    lb, zb = _numpy_forward(sd, model.arch, fb.ids)
+    ld_a, ld_b = _ld(la, fa.answer, fb.answer), _ld(lb, fa.answer, fb.answer)
+    flat = np.argsort(-res.head_patch, axis=None, kind="stable")
+    hs = [np.unravel_index(i, res.head_patch.shape) for i in flat]
+    for j in (1, 3, len(res.topk_curve_fresh)):
+        lp, _ = _numpy_forward(sd, model.arch, fa.ids, head_patch=[(int(li), int(h), [T - 1], zb[li][:, h])
+                                                                   for li, h in hs[:j]])
+        assert res.topk_curve_fresh[j - 1] == pytest.approx((_ld(lp, fa.answer, fb.answer) - ld_a) / (ld_b - ld_a),
+                                                            abs=2e-3)
+    k = int(res.metrics["k"])
+    assert res.metrics["topk_recovery_fresh"] == pytest.approx(res.topk_curve_fresh[k - 1], abs=1e-12)
+    assert res.metrics["topk_recovery_fresh"] >= eng.HEAD_BAR
+    assert res.metrics["random_k_recovery_mean"] < res.metrics["topk_recovery_fresh"] - 0.3
+
+
 def test_pair_caption_and_patching_maps_recomputed_by_hand(res, model, default_pairs):
     """The caption's pair accuracies and mean logit differences logit[B's letter] − logit[A's letter] (on A, on B),
     then single entries of both patching heatmaps: (Δ_patched − Δ_A) / (Δ_B − Δ_A), the patch done by hand in the
@@ -541,6 +567,7 @@ def test_page_quotes_the_top_heads_and_draws_each_series_where_it_belongs(res):
     assert xr[np.isfinite(yr)].tolist() == [k]
     assert yr[np.isfinite(yr)][0] == pytest.approx(np.mean(res.random_k))
     np.testing.assert_allclose(topk["top heads, patched together"][1], res.topk_curve)
+    np.testing.assert_allclose(topk["same heads, fresh pairs"][1], res.topk_curve_fresh)
 
     lens = {t["name"]: values(t["y"]) for t in figs["lens-mean"]}
     np.testing.assert_allclose(lens["correct letter"], res.lens_correct)

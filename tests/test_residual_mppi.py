@@ -176,13 +176,20 @@ def test_closed_form_optimum_is_the_best_linear_policy():
     assert all(ret(K + 0.05 * rng.normal(size=K.shape) * np.abs(K).max()) <= best + 1e-9 for _ in range(200))
 
 
-def test_closed_form_check_anchors_and_badges():
+@pytest.fixture(scope="module")
+def closed_form_result():
+    """The default view with the closed-form check on (about 12 s of its own): computed once, for the engine test
+    and for the page test, which gets it through the page's result store."""
+    return eng.run(eng.Config(closed_form=True))
+
+
+def test_closed_form_check_anchors_and_badges(closed_form_result, default_result):
     """A planner that cannot move (tiny sigma, huge lambda) scores like the prior (ratio ~0); at the spec's settings
     the two badges are measured from the check's returns, and both fail as the page says: Residual-MPPI gets under
     0.8 of the way and Greedy-MPPI about as far (0.63 and 0.62 when measured)."""
     still = eng.closed_form_check(sigma=1e-4, lam=1e3, n_samples=64, seeds=1)
     assert abs(still["res_ratio"]) < 0.01 and abs(still["greedy_ratio"]) < 0.01
-    res = eng.run(eng.Config(closed_form=True))
+    res = closed_form_result
     cf = res.closed_form
     mean = cf["J"].mean(1)
     assert cf["J"].shape == (4, eng.CF["seeds"]) and mean[3] > mean[0]          # the optimum beats the prior
@@ -196,7 +203,7 @@ def test_closed_form_check_anchors_and_badges():
     assert not cl[3].passed and not cl[4].passed
     assert 0.3 < cl[3].measured < 0.8 and abs(cl[3].measured - cl[4].measured) < 0.1
     # the first three badges are those of the run without the check
-    base = eng.claims(eng.run(eng.Config()))
+    base = eng.claims(default_result)
     assert [c.measured for c in cl[:3]] == [c.measured for c in base]
 
 
@@ -208,8 +215,9 @@ def test_closed_form_check_caps_the_planner_work():
     eng.Config(n_samples=4096, horizon=17)          # without the check the larger cap applies
 
 
-def test_page_shows_the_closed_form_check():
-    at = open_page("residual_mppi", {"closed_form": "true"}, timeout=180)
+def test_page_shows_the_closed_form_check(closed_form_result):
+    at = open_page("residual_mppi", {"closed_form": "true"}, timeout=180,
+                   seed=(("engine.residual_mppi", eng.Config(closed_form=True), closed_form_result),))
     assert any("Closed-form check" in h.value for h in at.subheader)
     assert any("Share of the way" in str(c.proto.spec) for c in at.get("plotly_chart"))
     assert any("Prior is 0 and the optimum 1" in c.value for c in at.caption)
@@ -475,3 +483,11 @@ def test_page_gain_panels_draw_the_closed_forms_they_name():
         np.testing.assert_allclose(lines["truncated residual LQR (closed form)"][1], trunc, rtol=1e-6)
         np.testing.assert_allclose(lines["prior K_π"][1], K_pi[i, j])
         np.testing.assert_allclose(lines["customised optimum K_c"][1], K_c[i, j])
+
+
+def test_quad_is_the_quadratic_form():
+    """quad(x, M) = x'Mx row by row (a plain loop), for stacked rows and for a non-symmetric M."""
+    rng = np.random.default_rng(5)
+    x, M = rng.normal(size=(3, 7, 4)), rng.normal(size=(4, 4))
+    ref = np.array([[x[i, j] @ M @ x[i, j] for j in range(7)] for i in range(3)])
+    np.testing.assert_allclose(eng.quad(x, M), ref, rtol=1e-12, atol=1e-12)
