@@ -64,8 +64,14 @@ def test_on_policy_claim_with_relu_critic(default_result):
     assert r.metrics["ratio_real_mad"] > default_result.metrics["ratio_real_mad"]
 
 
-def test_sweep_claims():
-    res = eng.run(eng.Config(sweep=True))
+@pytest.fixture(scope="module")
+def sweep_seed0():
+    """The sweep at the default sizes and seed 0 (about 7 s), shared by the sweep tests."""
+    return eng.run(eng.Config(sweep=True))
+
+
+def test_sweep_claims(sweep_seed0):
+    res = sweep_seed0
     claims = eng.claims(res)
     assert len(claims) == 6
     # With the LayerNorm + Mish critic, more updates per sample no longer hurt the real-only critic at seed 0 (RMSE
@@ -378,11 +384,12 @@ def test_slope_and_action_gap_diagnostics():
     assert np.allclose(out["slope_true"][:, 0], 0, atol=1e-9)   # the fixed pi* = -K* s is optimal: zero true slope
 
 
-def test_caveat_on_the_noisy_model_badge_across_seeds():
+def test_caveat_on_the_noisy_model_badge_across_seeds(sweep_seed0):
     """The page's caveat: in the sweep the noisy-model badge passes narrowly at seed 0 and fails at seeds 1 and 2."""
     got = []
     for seed in (0, 1, 2):
-        (c,) = [c for c in eng.claims(eng.run(eng.Config(sweep=True, seed=seed))) if c.label.startswith("RMSE noisy")]
+        r = sweep_seed0 if seed == 0 else eng.run(eng.Config(sweep=True, seed=seed))
+        (c,) = [c for c in eng.claims(r) if c.label.startswith("RMSE noisy")]
         got.append((c.passed, round(c.measured, 2)))
     assert got[0][0] and got[0][1] < 1.45 and not got[1][0] and not got[2][0], got
 
