@@ -118,8 +118,9 @@ MAX_SECONDS = 20.0
 
 def estimated_seconds(cfg: Config) -> float:
     """Rough CPU time on a busy 2-core machine (fitted: ~1.8 ms per batched update, evaluations included,
-    + ~30 ns per critic weight x batch of updates); an upper bound for the LayerNorm + Mish critic, about twice the
-    ReLU critic's cost. The main UTD trains the evaluation variants and the two
+    + ~30 ns per critic weight x batch of updates), made for the LayerNorm + Mish critic, about twice the ReLU
+    critic's cost. Not a bound: the largest setting took 21.8 s against its 20 s, while a few narrow critics over
+    many environment steps run well under their estimate. The main UTD trains the evaluation variants and the two
     actor-critic variants; the sweep's UTD-2 point only the evaluation variants. Refitted 2026-12-07: the first fit
     (1.2 ms, 20 ns) came from a faster machine; on this one the default run took 4.8 s against its 3.5 s estimate and
     the then largest setting (UTD 28, estimate 20 s) 31.2 s, so both constants were raised by half."""
