@@ -192,7 +192,7 @@ flow on $D_t$ alone. *Pooled*: one density on $D_0 \cup D_t$.
 
 **Anomaly score.** $\log q(x; c^*) - \log q(x; 0)$, ranked for held-out failure vs nominal points (ROC-AUC).
 The ROC panel draws the same score for the plain flow, $\log q(x; \mathbb 1) - \log q(x; 0)$, and with
-"compare all" for β-NF (its run on the page's data). On this toy the two moons barely overlap, so every conditional
-flow separates them almost perfectly (AUC ≈ 1.00 for all three at the defaults): the badge shows that CalNF's
-failure model detects failures, not that it detects them better than the baselines.
+"compare all" for β-NF (its run on the page's data). On this toy the two moons barely overlap, so the conditional
+flows separate them almost perfectly (AUC ≈ 1.00 for CalNF and for the plain flow at the defaults): the badge shows
+that CalNF's failure model detects failures, not that it detects them better than the baselines.
 """)
