@@ -17,30 +17,31 @@ def default_result():
 def test_claims_at_default(default_result):
     claims = eng.claims(default_result)
     assert len(claims) == 3
-    assert eng.Config().critic == "ln-mish"          # the official critic body (Dense -> LayerNorm -> Mish) by default
+    # the spec's plain ReLU critic by default (the official LayerNorm + Mish body is over the 3 s budget here)
+    assert eng.Config().critic == "relu"
     m = default_result.metrics
-    # Claim 1 (fixed-policy evaluation, on-policy error): with the LayerNorm + Mish critic MAD-TD still cuts the error,
-    # but the ratio misses its 2x bar at seeds 0-2 (1.88, 1.59, 1.49; 2.15, 2.47 at seeds 3-4) because the
-    # normalised real-only critic misgeneralises less than the ReLU one (see test_on_policy_effect_across_seeds).
-    assert claims[0].measured == m["ratio_real_mad"] > 1.3
+    # Claim 1 (fixed-policy evaluation, on-policy error): model data cuts the on-policy error by its 2x bar (ratios
+    # real-only / MAD-TD at seeds 0-4: 2.97, 2.34, 6.15, 5.89, 2.68; see test_on_policy_effect_across_seeds).
+    assert claims[0].measured == m["ratio_real_mad"] and claims[0].passed, claims[0].describe()
     # Claims 2-3 are the issue's (#8), measured in the actor-critic loop: less overestimation at the current actor's
     # actions and more stable returns of the current policy with model data (ratios <= 0.5, fixed before measuring).
-    # They do NOT reproduce: with the LayerNorm + Mish critic at least half of the actors of both variants became
-    # unstable at seeds 0-2 (ratios inf); with the ReLU critic the ratios were 0.68, 1.13, 0.0 (overestimation) and
-    # 0.68, 0.87, 0.0 (worst regret). Only their bookkeeping and the robust parts are asserted here.
+    # They do NOT reproduce: ratios at seeds 0-4 0.68, 1.13, 0, 0, 1.21 (overestimation) and 0.68, 0.87, 0, 0, 1.25
+    # (worst regret); the passes at seeds 2-3 (ratio 0) come from at least half of the real-only actors becoming
+    # unstable, not from a working actor (the diagnosis below). Only their bookkeeping and the robust parts are
+    # asserted here.
     assert m["real_over"] > 0                                  # the real-only critic does overestimate at π_K(s)
     assert np.isclose(claims[1].measured, eng._ratio(m["mad_over"], m["real_over"]))
     assert np.isclose(claims[2].measured, eng._ratio(m["mad_regret"], m["real_regret"]))
     assert claims[1].passed == (claims[1].measured <= 0.5) and claims[2].passed == (claims[2].measured <= 0.5)
-    # unstable actors, seeds 0-4: real-only 50/75/100/50/75 %, MAD-TD 50/50/75/25/50 %; MAD-TD <= real-only each time
+    # unstable actors, seeds 0-4: real-only 25/25/75/50/0 %, MAD-TD 0/25/25/0/0 %; MAD-TD <= real-only each time
     assert m["mad_diverged"] <= m["real_diverged"]
     # The diagnosis the page gives (checked independently in test_slope_and_action_gap_diagnostics): the actor follows
     # the critic's slope dQ/da at its actions, and in both variants that slope's RMS error is about the size of the true
-    # slope or larger, smooth critic or not (seeds 0/1/2: 1.73 vs 1.62, 7.62 vs 7.63, 4.79 vs 4.97 real-only;
-    # 1.34 vs 1.30, 2.79 vs 2.60, 3.46 vs 3.56 MAD-TD), so neither actor gets a usable gradient ...
+    # slope or larger, with either critic body (ReLU, seeds 0/1/2: 1.45 vs 1.25, 1.43 vs 1.27, 4.24 vs 4.17 real-only;
+    # 1.53 vs 1.50, 1.61 vs 1.44, 2.11 vs 1.74 MAD-TD), so neither actor gets a usable gradient ...
     for name in ("real", "mad"):
         assert m[f"{name}_slope_err"] > 0.8 * m[f"{name}_slope_true"] > 0, name
-    # ... and the actors' actions stay nearer the logged ones (0.65 / 0.44) than the fixed pi* of claim 1 (1.09)
+    # ... and the actors' actions stay nearer the logged ones (0.42 / 0.31) than the fixed pi* of claim 1 (1.09)
     assert m["eval_act_gap"] > 1.5 * max(m["real_act_gap"], m["mad_act_gap"])
     for key, r in default_result.worst_regret.items():         # J* is optimal: no actor beats it
         assert np.all(r[np.isfinite(r)] > -1e-9), key
@@ -48,20 +49,21 @@ def test_claims_at_default(default_result):
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_on_policy_effect_across_seeds(seed, default_result):
-    # seed 0 is the default fixture. With the LayerNorm + Mish critic, model data lowers the on-policy RMSE at every
-    # seed (ratios real-only / MAD-TD at seeds 0-4: 1.88, 1.59, 1.49, 2.15, 2.47), but claim 1's 2x bar is met at
-    # seeds 3-4 only, so claim 1 is not counted as reproduced with the official critic body.
-    m = eng.run(eng.Config(seed=seed)).metrics
-    assert m["ratio_real_mad"] > 1.3 and m["mad_final"] < m["real_final"]
-
-
-def test_on_policy_claim_with_relu_critic(default_result):
-    # with the plain ReLU critic, claim 1 holds (ratios at seeds 0-4: 2.97, 2.33, 6.14, 5.87, 2.68), and its ratio
-    # exceeds the LayerNorm + Mish critic's at each of these seeds
-    r = eng.run(eng.Config(critic="relu"))
+    # seed 0 is the default fixture. With the default ReLU critic claim 1 holds at seeds 0-4 (ratios real-only /
+    # MAD-TD 2.97, 2.34, 6.15, 5.89, 2.68; the smallest margin at seed 1).
+    r = eng.run(eng.Config(seed=seed))
     c = eng.claims(r)[0]
-    assert c.passed, c.describe()
-    assert r.metrics["ratio_real_mad"] > default_result.metrics["ratio_real_mad"]
+    assert c.passed and r.metrics["mad_final"] < r.metrics["real_final"], c.describe()
+
+
+def test_on_policy_claim_with_the_official_critic_body(default_result):
+    # With the official LayerNorm + Mish body, model data still lowers the on-policy RMSE, but the normalised real-only
+    # critic misgeneralises less, so the ratio misses the 2x bar at seeds 0-2 (1.88, 1.59, 1.49; 2.15, 2.47 at seeds
+    # 3-4), below the ReLU critic's at each of these seeds. The page says so when that critic is chosen.
+    r = eng.run(eng.Config(critic="ln-mish"))
+    m = r.metrics
+    assert 1.3 < m["ratio_real_mad"] < default_result.metrics["ratio_real_mad"]
+    assert m["mad_final"] < m["real_final"]
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +76,12 @@ def test_sweep_claims(sweep_seed0):
     res = sweep_seed0
     claims = eng.claims(res)
     assert len(claims) == 6
-    # With the LayerNorm + Mish critic, more updates per sample no longer hurt the real-only critic at seed 0 (RMSE
-    # ratio UTD 8 / UTD 2: 0.87; 2.03 with the ReLU critic). That badge is left as measured (its verdict is not
-    # asserted either way); only its bookkeeping is. With model data UTD 8 beats UTD 2 either way (0.67; ReLU 0.47).
-    assert claims[3].measured == res.metrics["real_utd_ratio"] > 0
+    # With the default ReLU critic, more updates per sample hurt the real-only critic (RMSE ratio UTD 8 / UTD 2 at
+    # seeds 0/1/2: 2.03, 1.34, 4.74) and not the MAD-TD one (0.47, 0.45, 0.50). With the LayerNorm + Mish critic the
+    # real-only ratio was 0.87 at seed 0 (no harm) and MAD-TD's 0.67.
+    assert claims[3].measured == res.metrics["real_utd_ratio"] and claims[3].passed, claims[3].describe()
     assert claims[4].passed, claims[4].describe()
-    # claims[5] (noisy model >= 1.3x the good one) is too close to its bar to be asserted (fails on some seeds);
-    # it is shown on the page as measured.
+    # claims[5] (noisy model >= 1.3x the good one): see test_caveat_on_the_noisy_model_badge_across_seeds
 
 
 def test_sweep_at_utd_one_reads_higher_over_lower():
@@ -385,20 +386,22 @@ def test_slope_and_action_gap_diagnostics():
 
 
 def test_caveat_on_the_noisy_model_badge_across_seeds(sweep_seed0):
-    """The page's caveat: in the sweep the noisy-model badge passes narrowly at seed 0 and fails at seeds 1 and 2."""
+    """The page's caveat: in the sweep the noisy-model badge passes at seeds 0-2, narrowly at seed 0 (1.38; 1.71 and
+    1.81 at seeds 1 and 2)."""
     got = []
     for seed in (0, 1, 2):
         r = sweep_seed0 if seed == 0 else eng.run(eng.Config(sweep=True, seed=seed))
         (c,) = [c for c in eng.claims(r) if c.label.startswith("RMSE noisy")]
         got.append((c.passed, round(c.measured, 2)))
-    assert got[0][0] and got[0][1] < 1.45 and not got[1][0] and not got[2][0], got
+    assert all(p for p, _ in got) and got[0][1] < 1.45 < min(got[1][1], got[2][1]), got
 
 
 def test_model_rows_at_the_buffer_action_lose_the_effect(default_result, monkeypatch):
     """The spec's negative control for claim 1: model transitions generated at the LOGGED action (Dyna-style
     augmentation) instead of at π(s) add nothing about the unobserved on-policy actions, so the on-policy error is
     no better than with real data only (the ratio falls to about 1), while the intact MAD-TD rows move it.
-    Measured at the default: 1.01 with Dyna-style rows, 1.88 with MAD-TD's."""
+    Measured at the default: 0.86 with Dyna-style rows, 2.97 with MAD-TD's (1.01 and 1.88 with the LayerNorm + Mish
+    critic)."""
     real = eng.make_batch
 
     def dyna_rows(s, a, r, s2, n_model, K, model, bad_sigma, rng):
