@@ -436,6 +436,10 @@ def test_curves_bars_and_ratios_from_known_per_episode_regret(monkeypatch):
         assert row["Δ_min (seed mean)"] == pytest.approx(np.mean(dmin))
         assert row["log(SAT)/Δ_min"] == pytest.approx(np.log(S * A * K * H) / np.mean(dmin))
         assert row["ι"] == pytest.approx(seen["iota"]) and row["N_0"] == pytest.approx(seen["N0"])
+        # the orders of the two bounds: H^6 S A log(SAT)/Δ_min (Hoeffding) and H^5 S A log(SAT)/Δ_min (advantage)
+        assert row[eng.BOUND_HOEF] == pytest.approx(H**6 * S * A * np.log(S * A * K * H) / np.mean(dmin))
+        assert row[eng.BOUND_ADV] == pytest.approx(H**5 * S * A * np.log(S * A * K * H) / np.mean(dmin))
+        assert row[eng.TRIVIAL] == K * H
 
 
 def test_conditional_variance_and_min_gap_against_loops():
@@ -613,3 +617,24 @@ def test_page_draws_only_the_picked_learner_with_each_groups_own_curve(default_r
     z = values(figs[maps[0]]["data"][0]["z"])
     np.testing.assert_array_equal(np.isnan(z), np.isnan(r.subopt_visits[ai]))
     np.testing.assert_allclose(z[~np.isnan(z)], r.subopt_visits[ai][~np.isnan(z)])
+
+
+def test_bound_rows_at_default_and_the_page_caption(default_result):
+    """At the default every measured regret stays under the trivial bound T = KH (at most H per episode), the two
+    bound orders are a factor H apart and both exceed T, and the page's caption says which of its two sentences
+    holds."""
+    from tests.pagetext import open_page
+
+    cfg, res = eng.Config(), default_result
+    T = cfg.episodes * cfg.horizon
+    for row in res.table:
+        assert row[eng.TRIVIAL] == T
+        assert row[eng.BOUND_HOEF] == pytest.approx(cfg.horizon * row[eng.BOUND_ADV])
+        assert row[eng.BOUND_ADV] > T
+        for name in eng.ALGOS:
+            assert 0 <= row[f"final regret {name}"] <= T
+    at = open_page("gap_dependent_q", seed=(("engine.gap_dependent_q", cfg, res),))
+    captions = " ".join(c.value for c in at.caption)
+    assert "already exceeds the trivial bound T = KH for every group" in captions
+    table = next(d.value for d in at.dataframe if eng.BOUND_ADV in d.value.index)
+    assert eng.BOUND_HOEF in table.index and eng.TRIVIAL in table.index
