@@ -10,11 +10,11 @@ Polyak target critic. Its hidden layers are Dense -> ReLU by default (the spec's
 gives Dense -> LayerNorm -> Mish, the body of the official MAD-TD critic (adaptive-agents-lab/MAD-TD,
 mad_td/nn/critic.py: BinnedTDMPC2Critic with LayerNorm and Mish on both hidden layers; fan-in scaled uniform init);
 still different from the official one: width 64 instead of 512, a scalar MSE head instead of the 151-bin HL-Gauss
-head, one critic instead of two, raw states instead of an encoder's latents. The TD target is y = r + gamma Qbar(s', pi(s')). MAD-TD replaces a
-fraction f of every batch by model transitions at the *policy's* action: (s, pi(s), r_hat, s_hat'), with a
-least-squares linear dynamics model and quadratic reward model refit every 10 steps on the
-buffer. All critics (variants x seeds) are one batch with hand-written gradients (numpy); the variants of a
-seed are paired (same data, initial weights and batch indices).
+head, one critic instead of two, raw states instead of an encoder's latents. The TD target is
+y = r + gamma Qbar(s', pi(s')). MAD-TD replaces a fraction f of every batch by model transitions at the *policy's*
+action: (s, pi(s), r_hat, s_hat'), with a least-squares linear dynamics model and quadratic reward model refit
+every 10 steps on the buffer. All critics (variants x seeds) are one batch with hand-written gradients (numpy);
+the variants of a seed are paired (same data, initial weights and batch indices).
 
 Issue #8's two claims (less overestimation at the actor's actions, more stable returns) need a policy that follows
 the critic, so the same batch of critics also holds "actor-critic" variants: a linear actor K (starting at K_b) is
@@ -36,7 +36,8 @@ under load); LayerNorm + Mish stays one click away, and the page's caveat says h
 with the critic (the numbers below): claim 1 passes with ReLU and misses with LayerNorm + Mish at seeds 0-2; the
 switch was made for the budget, not for them.
 
-Measured at the default sizes, seeds 0/1/2 (2026-12-04), LayerNorm + Mish critic (ReLU critic, now the default, in brackets):
+Measured at the default sizes, seeds 0/1/2 (2026-12-04), LayerNorm + Mish critic (ReLU critic, now the default, in
+brackets):
 claim 1's RMSE ratio real-only / MAD-TD 1.88 / 1.59 / 1.49, and 2.15 / 2.47 at seeds 3 / 4 [ReLU 2.97 / 2.33 / 6.14,
 5.87 / 2.68]: MAD-TD still cuts the on-policy error at every seed, but the normalised critic misgeneralises less
 without model data (real-only RMSE 3.1 / 2.7 / 3.4 vs [3.7 / 2.6 / 8.8]), so the ratio clears its 2x bar at seeds 3-4
@@ -124,9 +125,11 @@ def estimated_seconds(cfg: Config) -> float:
     """Rough CPU time on a busy 2-core machine (fitted: ~1.8 ms per batched update with the LayerNorm + Mish critic,
     ~0.6 ms with the ReLU critic, evaluations included, + ~30 ns per critic weight x batch of updates for either).
     ReLU fit (2026-12-07, the other core busy): default run 1.9-2.0 s (estimate 3.6 s), width 256 at UTD 3 14.9 s
-    (16.4 s), 1000 env steps x 2 seeds at UTD 4 5.4 s (6.4 s), HEAVY_CONFIG with ReLU 6.8 s (8.8 s). Not a bound: the largest setting took 21.8 s against its 20 s, while a few narrow critics over
-    many environment steps run well under their estimate. The main UTD trains the evaluation variants and the two
-    actor-critic variants; the sweep's UTD-2 point only the evaluation variants. Refitted 2026-12-07: the first fit
+    (16.4 s), 1000 env steps x 2 seeds at UTD 4 5.4 s (6.4 s), HEAVY_CONFIG with ReLU 6.8 s (8.8 s); on a quiet
+    machine width 128 x 8 seeds at UTD 7 took 11.9 s (19.9 s), but 39 s with another process busy on the other
+    core (multithreaded BLAS slows badly then). Not a bound: the largest setting took 21.8 s against its 20 s, while a
+    few narrow critics over many environment steps run well under their estimate. The main UTD trains the evaluation
+    variants and the two actor-critic variants; the sweep's UTD-2 point only the evaluation variants. Refitted 2026-12-07: the first fit
     (1.2 ms, 20 ns) came from a faster machine; on this one the default run took 4.8 s against its 3.5 s estimate and
     the then largest setting (UTD 28, estimate 20 s) 31.2 s, so both constants were raised by half."""
     n_eval = 3 if cfg.sweep else 2
