@@ -598,6 +598,16 @@ NOISY_MODEL, GOOD_MODEL = "MAD-TD noisy model", "MAD-TD good model"   # the swee
 
 
 def run(config: Config, progress=None) -> Result:
+    from threadpoolctl import threadpool_limits
+
+    # one BLAS thread: the batched critic products are small, and with two threads each call waited for a core that
+    # another process held (width 128 x 8 seeds x UTD 3: 12.5 s with a busy second core, 3.7 s with one thread, the
+    # same numbers bit for bit; on an idle machine both about equal)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _run(config, progress)
+
+
+def _run(config: Config, progress=None) -> Result:
     seed_everything(config.seed)
     mad_sigma = config.bad_sigma if config.model == "noisy" else 0.0
     variants = [("real only", 0.0, 0.0, False), ("MAD-TD", config.frac, mad_sigma, False)]
