@@ -127,7 +127,7 @@ def estimated_seconds(cfg: Config) -> float:
     ReLU fit (2026-12-07, the other core busy): default run 1.9-2.0 s (estimate 3.6 s), width 256 at UTD 3 14.9 s
     (16.4 s), 1000 env steps x 2 seeds at UTD 4 5.4 s (6.4 s), HEAVY_CONFIG with ReLU 6.8 s (8.8 s); on a quiet
     machine width 128 x 8 seeds at UTD 7 took 11.9 s (19.9 s), but 39 s with another process busy on the other
-    core (multithreaded BLAS slows badly then). Not a bound: the largest setting took 21.8 s against its 20 s, while a
+    core while numpy used two BLAS threads (run() now keeps one: 9.7 s on the idle machine). Not a bound: the largest setting took 21.8 s against its 20 s, while a
     few narrow critics over many environment steps run well under their estimate. The main UTD trains the evaluation
     variants and the two actor-critic variants; the sweep's UTD-2 point only the evaluation variants. Refitted 2026-12-07: the first fit
     (1.2 ms, 20 ns) came from a faster machine; on this one the default run took 4.8 s against its 3.5 s estimate and
