@@ -633,6 +633,11 @@ def test_bound_rows_at_default_and_the_page_caption(default_result):
         assert row[eng.BOUND_ADV] > T
         for name in eng.ALGOS:
             assert 0 <= row[f"final regret {name}"] <= T
+    assert res.metrics["bound_orders_above_T"] == 1.0
+    # at a long run on the smallest MDPs with the largest gaps the order falls below T, and the metric says so
+    small = eng.run(eng.Config(n_states=2, n_actions=2, horizon=2, episodes=20_000, gap=0.5, gap2=0.4, n_seeds=1))
+    assert all(row[eng.BOUND_ADV] < row[eng.TRIVIAL] for row in small.table)
+    assert small.metrics["bound_orders_above_T"] == 0.0
     at = open_page("gap_dependent_q", seed=(("engine.gap_dependent_q", cfg, res),))
     captions = " ".join(c.value for c in at.caption)
     assert "already exceeds the trivial bound T = KH for every group" in captions
