@@ -417,6 +417,39 @@ def bind_view(slug: str, name: str, spec, container=None, default=None) -> Any:
     return value
 
 
+def bind_tabs(slug: str, name: str, labels, container=None) -> list:
+    """``st.tabs`` whose selected tab is a view setting bound to the URL (``name=<tab label>``), like bind_view.
+
+    The first tab is the default. An unknown label in a link gets the same notice as any bad view value. Declare
+    ``name`` in ``bind_config(views=...)``, as for bind_view. Every tab's content is still drawn on each run.
+    """
+    container = container if container is not None else st
+    labels = [str(x) for x in labels]
+    spec = Choice(tuple(labels), name)
+    VIEW_PARAMS.setdefault(slug, set()).add(name)
+    VIEW_DEFAULTS.setdefault(slug, {})[name] = labels[0]
+    VIEW_SPECS.setdefault(slug, {})[name] = spec
+    key = widget_key(slug, name)
+    if st.session_state.get(key) not in labels:   # first draw (or after Back / Forward, or another page's labels)
+        initial = st.session_state.get(f"{slug}::initial_qp", {})
+        raw = initial.get(name, st.query_params.get(name))
+        value = labels[0]
+        if raw is not None:
+            try:
+                value = spec.parse(raw)
+            except ParamError as e:
+                st.warning(f"`{name}`: {e}; using the default ({labels[0]})", icon=":material/link_off:")
+        st.session_state[key] = value
+    tabs = container.tabs(labels, key=key, on_change="rerun")
+    value = st.session_state.get(key) if st.session_state.get(key) in labels else labels[0]
+    if st.query_params.get(name) != value:
+        st.query_params[name] = value
+    seen = st.session_state.get(_seen_key(slug))
+    if seen is not None:
+        seen[name] = value
+    return tabs
+
+
 def share_link(config, container=None) -> str:
     """Show the shareable URL of the current view; return its query string."""
     container = container if container is not None else st.sidebar

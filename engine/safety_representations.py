@@ -756,6 +756,25 @@ def lab_runs(seeds: int = LAB_SEEDS, progress=None) -> dict:
     return {"seeds": seeds, "rows": rows}
 
 
+def lab_summary(lab: dict) -> dict:
+    """What the page shows of the lab runs: one table row per variant and the ratios its text quotes.
+
+    Rows: label, mean violations, mean greedy success, seeds solved (success >= 0.5). ``exact_vs_plain``: mean
+    violations of the exact steps-to-cost input over the plain agent's; ``const_shift``: |1 - const / plain|, how much
+    an input carrying no information moves the violations by itself; ``exact_first10``: (violations, success) of the
+    exact input over the first 10 seeds only.
+    """
+    table = [{"label": r["label"], "cost": float(np.mean(r["cost"])), "success": float(np.mean(r["success"])),
+              "solved": int(sum(x >= 0.5 for x in r["success"]))} for r in lab["rows"]]
+    rows = {r["variant"]: r for r in lab["rows"] if not r["settings"]}  # the default-setting rows
+    plain, const, exact = (np.asarray(rows[k]["cost"], float) for k in ("baseline", "const", "s2c_exact"))
+    exact_s = np.asarray(rows["s2c_exact"]["success"], float)
+    return {"seeds": int(lab["seeds"]), "table": table,
+            "exact_vs_plain": float(exact.mean() / plain.mean()), "exact_success": float(exact_s.mean()),
+            "exact_first10": (float(exact[:10].mean()), float(exact_s[:10].mean())),
+            "const_shift": float(abs(1 - const.mean() / plain.mean()))}
+
+
 def load_lab_runs() -> dict | None:
     """The shipped lab runs, or None when the file is missing or unreadable."""
     from engine.core.surveys import load_survey

@@ -32,7 +32,7 @@ layout.paper_header(
         "Hamming(7,4) rather than BCH(31,16), to keep the first load fast; the badges measure both codes either way."
     ),
 )
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("decoders",))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.crossmpt", cfg, label="Decoding")

@@ -50,7 +50,7 @@ layout.paper_header(
         "axes)."
     ),
 )
-cfg = state.bind_config(eng.Config, SLUG, views=("distance",))
+cfg = state.bind_config(eng.Config, SLUG, views=("trajectories", "distance"))
 state.share_link(cfg)
 st.sidebar.caption(f"Estimated denoiser cost of this setting: {eng.estimated_gflop(cfg):.0f} GFLOP "
                    f"(cap {eng.COST_CAP_GFLOP:.0f}).")

@@ -6,6 +6,7 @@ import streamlit as st
 from components import charts, download, layout, state
 from components.runner import run_or_stop
 from engine import docvqa_mia as eng
+from engine.core.params import Bool
 
 SLUG = "docvqa-mia"
 layout.paper_header(
@@ -29,7 +30,7 @@ layout.paper_header(
         "(see the note under the claims)."
     ),
 )
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("sweeps",))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.docvqa_mia", cfg, label="Training target and attacking")
@@ -129,7 +130,8 @@ else:
     st.caption("A third defence, DP-style gradient noise on the target's training, is a setting in the sidebar.")
 st.caption("Retrains the target (and the proxy) at up to 5 training-set sizes — the candidate members plus extra "
            "training documents that are not candidates — and at 6 weight decays, on the same candidates.")
-if st.toggle("Run the sweeps (about 10–20 s)", key="docvqa_mia_sweep"):
+# a view setting bound to the URL, so a shared link with the sweeps on opens with them on
+if state.bind_view(SLUG, "sweeps", Bool("Run the sweeps (about 10–20 s)", widget="toggle"), default=False):
     sr = run_or_stop("engine.docvqa_mia", cfg, label="Retraining the target for the sweeps", fn="sweep")
     layout.claims_panel(eng.sweep_claims(sr), title="Claims of the sweeps")
     c5, c6 = st.columns(2)

@@ -33,7 +33,7 @@ layout.paper_header(
             "V − V^LCB ≤ 1) updates after every visit, so it switches policy about as often as UCB-Hoeffding."),
 )
 
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("algorithms",))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.gap_dependent_q", cfg, label="Running the learners")

@@ -42,7 +42,7 @@ layout.paper_header(
     ),
 )
 
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("prompt_t",))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.icl_ar_ntp", cfg, label="Evaluating in-context prediction")

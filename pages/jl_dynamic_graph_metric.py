@@ -31,7 +31,7 @@ layout.paper_header(
         "id between the two graphs, which holds here because every perturbed graph keeps the node set."
     ),
 )
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("snapshot_kind",))
 state.share_link(cfg)
 layout.device_indicator()
 
@@ -70,7 +70,7 @@ st.caption("A strength of 0 gives exactly 0: the same stream gives the same sket
               "monotonically — the snapshot topology metrics below do not see it at all."
               if "feature noise" in res.kinds else " This stream has no features, so there is no feature noise."))
 
-tabs = st.tabs(list(res.kinds))
+tabs = state.bind_tabs(SLUG, "snapshot_kind", list(res.kinds))
 for tab, kind in zip(tabs, res.kinds):
     with tab:
         charts.show(charts.lines(x, {f"{n} MMD²": v for n, v in res.snap[kind].items()},

@@ -29,7 +29,7 @@ layout.paper_header(
         "error stays well above zero because an MLP layer's full gradient is not low-rank."
     ),
 )
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("plane_at",))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.lora_pro", cfg, label="Fine-tuning")

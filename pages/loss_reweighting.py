@@ -38,7 +38,7 @@ layout.paper_header(
         "the weighting."
     ),
 )
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("strategies", "share_strategy", "share_smooth", "hist_strategy", "hist_at"))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.loss_reweighting", cfg, label="Training")

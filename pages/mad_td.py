@@ -37,7 +37,7 @@ layout.paper_header(
             "at seed 0 (1.38; 1.71 and 1.81 at seeds 1 and 2); a test keeps this sentence true."),
 )
 
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("mode",))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.mad_td", cfg, label="Training critics and actors")

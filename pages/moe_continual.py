@@ -39,7 +39,7 @@ layout.paper_header(
     ),
 )
 
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("terminate",))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.moe_continual", cfg, label="Simulating task streams")

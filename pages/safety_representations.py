@@ -87,26 +87,25 @@ if failed:
         if lab is None:
             st.warning("The lab-run file is missing; `python -m engine.safety_representations lab` writes it.")
         else:
-            n = lab["seeds"]
-            rows = {r["variant"]: r for r in lab["rows"] if not r["settings"]}   # default-setting rows
+            summ = eng.lab_summary(lab)
+            n = summ["seeds"]
             st.dataframe(pd.DataFrame({
-                "input appended to the state": [r["label"] for r in lab["rows"]],
-                "violations (mean)": [round(float(np.mean(r["cost"]))) for r in lab["rows"]],
-                "greedy success (mean)": [round(float(np.mean(r["success"])), 2) for r in lab["rows"]],
-                f"seeds solved (success ≥ 0.5, of {n})": [sum(x >= 0.5 for x in r["success"]) for r in lab["rows"]],
+                "input appended to the state": [r["label"] for r in summ["table"]],
+                "violations (mean)": [round(r["cost"]) for r in summ["table"]],
+                "greedy success (mean)": [round(r["success"], 2) for r in summ["table"]],
+                f"seeds solved (success ≥ 0.5, of {n})": [r["solved"] for r in summ["table"]],
             }), hide_index=True,
                 column_config={"greedy success (mean)": st.column_config.NumberColumn(format="%.2f")})
             st.caption(f"Default settings otherwise; training seeds 0–{n - 1} (a default run uses the first three). "
                        f"Measured {lab.get('measured', '?')} by `python -m engine.safety_representations lab`; a "
                        "test re-trains seed 0 of every row and compares.")
-            plain, const, exact = (np.asarray(rows[k]["cost"]) for k in ("baseline", "const", "s2c_exact"))
-            exact_s = np.asarray(rows["s2c_exact"]["success"])
+            cost10, succ10 = summ["exact_first10"]
             st.markdown(
                 "Even a *perfect* state-centric representation (the exact steps-to-cost distribution of a random "
-                f"walk, given from the first step) cuts violations to {exact.mean() / plain.mean():.2f}× the plain "
-                f"agent's without raising its success ({exact_s.mean():.2f}; over the first 10 seeds alone "
-                f"{exact[:10].mean():.0f} violations, success {exact_s[:10].mean():.2f}). A constant vector, which "
-                f"carries no information, moves the violations by {abs(1 - const.mean() / plain.mean()):.0%} by "
+                f"walk, given from the first step) cuts violations to {summ['exact_vs_plain']:.2f}× the plain "
+                f"agent's without raising its success ({summ['exact_success']:.2f}; over the first 10 seeds alone "
+                f"{cost10:.0f} violations, success {succ10:.2f}). A constant vector, which "
+                f"carries no information, moves the violations by {summ['const_shift']:.0%} by "
                 "itself, so three seeds cannot resolve a 0.8× bar.\n\n"
                 "**Offline, with settings that are not on this page** (engine docstring): keeping more labels or "
                 "taking more S2C steps (20 seeds, a 20 000-label buffer: 190 violations, success 0.11; the plain "

@@ -31,14 +31,14 @@ layout.paper_header(
         "mirroring the paper's finding rather than measuring its datasets (35 real datasets, 18 methods)."
     ),
 )
-cfg = state.bind_config(eng.Config, SLUG)
+cfg = state.bind_config(eng.Config, SLUG, views=("table_metric", "score_scenario"))
 state.share_link(cfg)
 layout.device_indicator()
 res = run_or_stop("engine.ub_gold", cfg, label="Fitting detectors on four scenarios")
 layout.claims_panel(eng.claims(res))
 
 st.subheader("Benchmark table")
-for tab, (metric, Z) in zip(st.tabs(["AUROC", "AUPRC", "FPR95"]),
+for tab, (metric, Z) in zip(state.bind_tabs(SLUG, "table_metric", ["AUROC", "AUPRC", "FPR95"]),
                              [("AUROC", res.auroc), ("AUPRC", res.auprc), ("FPR95", res.fpr95)]):
     with tab:
         better = " (lower is better)" if metric == "FPR95" else " (higher is better)"
@@ -79,7 +79,7 @@ crow = [{"contamination": float(r), "detector": m, "scenario": s, "AUROC": res.c
 download.download_csv(pd.DataFrame(crow), "ub_gold_contamination.csv")
 
 st.subheader("Score distributions")
-for tab, sc in zip(st.tabs(list(eng.SCENARIOS)), eng.SCENARIOS):
+for tab, sc in zip(state.bind_tabs(SLUG, "score_scenario", list(eng.SCENARIOS)), eng.SCENARIOS):
     y = res.labels[sc]
     with tab:
         cols = st.columns(len(eng.METHODS))

@@ -714,6 +714,31 @@ def test_share_link_follows_a_view_change_at_once(server, driver):
     assert "view=xyz" in link and "view=refined" not in link, link
 
 
+def test_selected_tabs_are_part_of_the_link(server, driver):
+    """Tabs bound to the URL (state.bind_tabs): a link opens with its tabs selected, and clicking another tab
+    writes it into the address bar."""
+    from selenium.webdriver.common.by import By
+
+    base, _ = server
+
+    def selected() -> list[str]:
+        return [t.text for t in driver.find_elements(By.CSS_SELECTOR, "[role='tab']")
+                if t.get_attribute("aria-selected") == "true"]
+
+    driver.get(f"{base}/ub_gold?table_metric=FPR95&score_scenario=inter-dataset%20shift")
+    _wait_rendered(driver, PAGE_TIMEOUT)
+    assert selected() == ["FPR95", "inter-dataset shift"], selected()
+    tab = next(t for t in driver.find_elements(By.CSS_SELECTOR, "[role='tab']") if t.text == "AUPRC")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", tab)
+    tab.click()
+    deadline = time.time() + PAGE_TIMEOUT
+    while time.time() < deadline and "table_metric=AUPRC" not in driver.current_url:
+        time.sleep(0.3)
+    assert "table_metric=AUPRC" in driver.current_url, driver.current_url
+    assert "score_scenario=inter-dataset+shift" in driver.current_url, driver.current_url
+    assert selected() == ["AUPRC", "inter-dataset shift"], selected()
+
+
 def test_gallery_search_is_a_link_and_survives_back(server, driver):
     """/?q=... opens the gallery filtered; after opening a card's page, Back returns to the filtered gallery."""
     from selenium.webdriver.common.by import By

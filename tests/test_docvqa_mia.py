@@ -430,6 +430,24 @@ def test_sweep_summary_numbers_are_read_off_the_plotted_curves(sweep_200):
     assert m["auc_white_largest_wd"] == sr.auc_wd["white-box DocMIA"][-1]
 
 
+def test_page_sweeps_toggle_is_part_of_the_shared_link(default_result, sweep_200):
+    """The sweeps are a view setting bound to the URL: a link with sweeps=true opens with the two sweep charts and
+    their claims, and a link without it opens without them and writes sweeps=false back."""
+    from components import runner
+
+    runner.result_store().put(runner.cache_key("engine.docvqa_mia", eng.Config(n_docs=200), fn="sweep"), sweep_200)
+    at = open_page("docvqa_mia", {"n_docs": "200", "sweeps": "true"})
+    assert at.query_params["sweeps"] in ("true", ["true"])
+    figs = figures(at)
+    assert {"auc_size", "auc_wd"} <= set(figs)
+    np.testing.assert_allclose(values(figs["auc_size"]["data"][0]["y"]), next(iter(sweep_200.auc_size.values())))
+    assert "Claims of the sweeps" in [h.value for h in at.subheader]
+
+    off = open_page("docvqa_mia", seed=(("engine.docvqa_mia", eng.Config(), default_result),))
+    assert not {"auc_size", "auc_wd"} & set(figures(off)) and "Claims of the sweeps" not in [h.value for h in off.subheader]
+    assert off.query_params["sweeps"] in ("false", ["false"])
+
+
 # ----------------------------------------------------------------------------- what the page draws and quotes
 
 

@@ -368,6 +368,21 @@ def test_shipped_lab_runs_are_what_the_engine_measures():
     assert res.final_cost["baseline"][0] == base["cost"][0]
 
 
+def test_lab_summary_by_hand():
+    """The page's lab table and quoted ratios come from lab_summary; checked on a hand-made two-seed file."""
+    def row(variant, cost, success, settings=None):
+        return {"label": variant, "variant": variant, "settings": settings or {}, "cost": cost, "success": success}
+
+    lab = {"seeds": 2, "rows": [row("baseline", [200, 100], [0.5, 0.1]), row("srpl", [90, 30], [0.0, 1.0]),
+                                row("srpl", [1, 1], [1.0, 1.0], {"s2c_history": False}),
+                                row("const", [120, 120], [0.2, 0.2]), row("s2c_exact", [60, 30], [0.25, 0.75])]}
+    s = eng.lab_summary(lab)
+    assert s["seeds"] == 2 and [r["solved"] for r in s["table"]] == [1, 1, 2, 0, 1]
+    assert s["table"][0]["cost"] == 150 and s["table"][1]["success"] == 0.5
+    assert s["exact_vs_plain"] == pytest.approx(45 / 150) and s["exact_success"] == 0.5
+    assert s["const_shift"] == pytest.approx(0.2) and s["exact_first10"] == (45.0, 0.5)
+
+
 def _moves_from(cell, shape):
     """The four cells reached from `cell` by up, down, left, right (a move off the grid stays put)."""
     (i, j), (R, C) = cell, shape
