@@ -130,6 +130,13 @@ def _quoted(value: Any) -> str:
     return "".join(c for c in str(value) if c.isascii() and c.isalnum())[:16] or "?"
 
 
+def _code(text: Any, limit: int | None = None) -> str:
+    """Text taken from a link (a name, or a message quoting a value), as a Markdown code span: a link, emphasis,
+    HTML or formula written into a shared URL is shown as typed, never rendered in the page's notice."""
+    t = " ".join(str(text).split()).replace("`", "'")
+    return f"`{t[:limit] if limit else t}`"
+
+
 def widget_key(slug: str, name: str) -> str:
     return f"{slug}:{name}"
 
@@ -228,7 +235,7 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
             st.session_state.pop(widget_key(slug, name), None)   # bind_view re-reads it from the URL too
         for name in current:
             if name not in known:
-                notices.append(f"`{str(name)[:40]}` is not a setting of this page and was ignored")
+                notices.append(f"{_code(name, 40)} is not a setting of this page and was ignored")
         for name, spec in specs.items():
             key = widget_key(slug, name)
             value = base[name]
@@ -236,7 +243,7 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
                 try:
                     value = spec.parse(current[name])
                 except ParamError as e:
-                    notices.append(f"`{name}`: {e}; using the default ({spec.to_str(base[name])})")
+                    notices.append(f"`{name}`: {_code(e)}; using the default ({spec.to_str(base[name])})")
             st.session_state[key] = value
 
     # Check the combination BEFORE any widget exists in this run: widget state can only be changed then.
@@ -394,7 +401,7 @@ def bind_view(slug: str, name: str, spec, container=None, default=None) -> Any:
             try:
                 value = spec.parse(raw)
             except ParamError as e:
-                st.warning(f"`{name}`: {e}; using the default ({spec.to_str(default)})",
+                st.warning(f"`{name}`: {_code(e)}; using the default ({spec.to_str(default)})",
                            icon=":material/link_off:")
         st.session_state[key] = value
     elif isinstance(spec, Multi):
@@ -438,7 +445,7 @@ def bind_tabs(slug: str, name: str, labels, container=None) -> list:
             try:
                 value = spec.parse(raw)
             except ParamError as e:
-                st.warning(f"`{name}`: {e}; using the default ({labels[0]})", icon=":material/link_off:")
+                st.warning(f"`{name}`: {_code(e)}; using the default ({labels[0]})", icon=":material/link_off:")
         st.session_state[key] = value
     tabs = container.tabs(labels, key=key, on_change="rerun")
     value = st.session_state.get(key) if st.session_state.get(key) in labels else labels[0]

@@ -132,6 +132,25 @@ def test_a_forged_revision_cannot_put_a_link_into_the_notice(monkeypatch):
     assert all(re.fullmatch(r"[0-9A-Za-z]+", code) for code in re.findall(r"<code>(.*?)</code>", html))
 
 
+def test_link_values_in_notices_cannot_render_as_markdown():
+    """A link's bad value, unknown name or bad view value is quoted in a notice: it must stay a code span, so a
+    Markdown link, emphasis or bare URL written into a shared URL is shown as typed, never as a clickable link."""
+    import re
+
+    from markdown_it import MarkdownIt
+
+    forged = "a`[x](//e.co) **b** http://e.co <i>"
+    at = _open("comp-md", {**to_query(Knobs()), "n": forged, "mode": forged, "shade": forged, forged: "1"})
+    _drawn(at)
+    notices = [w.value for w in at.warning]
+    assert len(notices) == 2 and all("e.co" in n for n in notices), notices
+    for n in notices:
+        html = MarkdownIt("commonmark").render(n)
+        assert "<a" not in html and "<strong>" not in html and "<i>" not in html, html
+        outside = re.sub(r"<code>.*?</code>", "", html)
+        assert "e.co" not in outside and "http" not in outside, html     # no text a linkifier could turn into a link
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # components.runner
 
