@@ -105,6 +105,18 @@ def plain(text: str) -> str:
     return _CLAIM_SPECIAL.sub(r"\\\1", str(text))
 
 
+_ERROR_SPECIAL = re.compile(r"([\\*_\[\]<>~$|#])")
+
+
+def error_text(text: str) -> str:
+    """An engine's refusal message (InputError) for Markdown. It may quote a file's name or a piece of its content:
+    outside the message's own `code` spans, every character Markdown would read as a link, emphasis, HTML, LaTeX,
+    a table or a heading is backslash-escaped, so the quoted part shows as typed; the code spans stay as written."""
+    parts = re.split(r"(`[^`\n]*`)", str(text))
+    return "".join(p if p.startswith("`") and p.endswith("`") and len(p) > 1 else _ERROR_SPECIAL.sub(r"\\\1", p)
+                   for p in parts)
+
+
 def literal(text: str) -> str:
     """User-supplied text (an uploaded file's name) for a Markdown string: every character that Markdown or its
     LaTeX would read ($, *, _, [, ...) is backslash-escaped, so it shows as typed."""

@@ -151,7 +151,9 @@ def run_or_message(module_name: str, config, label: str = "Computing", fn: str =
     try:
         return run_cached(module_name, config, label=label, fn=fn, payload=payload)
     except InputError as e:
-        st.error(str(e), icon=":material/error:")
+        from components.layout import error_text
+
+        st.error(error_text(str(e)), icon=":material/error:")
         return None
 
 

@@ -344,6 +344,21 @@ def test_claims_panel_counts_badges_and_shows_claim_text_as_written():
     assert "vs e_pro, ~n³" in first and "gain = 2" in first and "<em>" not in first and "<s>" not in first
 
 
+def test_refusal_messages_show_quoted_file_names_and_content_as_typed():
+    """run_or_message shows an InputError through layout.error_text: a file name or file content it quotes cannot
+    become a link, emphasis, HTML, LaTeX or a heading, and the engine's own `code` spans keep their text."""
+    from markdown_it import MarkdownIt
+
+    from components.layout import error_text
+
+    md = MarkdownIt("commonmark")
+    html = md.render(error_text("[x](//e.co)_$a$_ *b* <i>c</i>.ply, line 2: '#h' is not a number"))
+    assert "<a" not in html and "<em>" not in html and "<i>" not in html and "<h1>" not in html, html
+    assert "[x](//e.co)_$a$_ *b* &lt;i&gt;c&lt;/i&gt;.ply, line 2: '#h' is not a number" in html
+    html = md.render(error_text("# a.obj is missing; run `python -m engine.attention_sink train`"))
+    assert html == "<p># a.obj is missing; run <code>python -m engine.attention_sink train</code></p>\n", html
+
+
 def test_literal_keeps_a_dollar_file_name_out_of_latex():
     from components.layout import literal
 
