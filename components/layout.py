@@ -109,7 +109,7 @@ _ERROR_SPECIAL = re.compile(r"([\\*_\[\]<>~$|#])")
 
 
 def error_text(text: str) -> str:
-    """An engine's refusal message (InputError) for Markdown. It may quote a file's name or a piece of its content:
+    """Engine text that may quote an upload (a refusal message, a note on how a file was read) for Markdown:
     outside the message's own `code` spans, every character Markdown would read as a link, emphasis, HTML, LaTeX,
     a table or a heading is backslash-escaped, so the quoted part shows as typed; the code spans stay as written."""
     parts = re.split(r"(`[^`\n]*`)", str(text))

@@ -75,8 +75,8 @@ if src_file is not None:
 if res is None:
     res = run_or_stop("engine.densematcher", cfg, label="Computing the functional map")
 
-for note in res.notes:
-    st.caption(f":material/info: {note}")
+for note in res.notes:   # a note may quote an uploaded file's name: shown as typed
+    st.caption(f":material/info: {layout.error_text(note)}")
 
 layout.claims_panel(eng.claims(res))
 

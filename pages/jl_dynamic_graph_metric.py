@@ -52,7 +52,7 @@ if res is None:
     res = run_or_stop("engine.jl_dynamic_graph_metric", cfg, label="Perturbing, sketching and timing")
 if res.source == "upload":
     st.caption(f":material/dataset: Reference stream: {layout.literal(upload.name)} — "
-               + "; ".join(res.notes) + ".")
+               + layout.error_text("; ".join(res.notes)) + ".")   # the notes quote the file's header row
 else:
     st.caption(f":material/dataset: Reference stream: synthetic temporal block model, {cfg.n_nodes} nodes, "
                f"{cfg.n_events:,} events, {cfg.feat_dim} feature(s).")
