@@ -437,7 +437,9 @@ def bind_tabs(slug: str, name: str, labels, container=None) -> list:
     VIEW_DEFAULTS.setdefault(slug, {})[name] = labels[0]
     VIEW_SPECS.setdefault(slug, {})[name] = spec
     key = widget_key(slug, name)
-    if st.session_state.get(key) not in labels:   # first draw (or after Back / Forward, or another page's labels)
+    if key in st.session_state and st.session_state[key] not in labels:
+        st.session_state[key] = labels[0]   # the tabs changed under the user's pick (e.g. an upload has fewer kinds)
+    elif key not in st.session_state:       # first draw, or after Back / Forward: the link says which tab
         initial = st.session_state.get(f"{slug}::initial_qp", {})
         raw = initial.get(name, st.query_params.get(name))
         value = labels[0]

@@ -132,6 +132,34 @@ def test_a_forged_revision_cannot_put_a_link_into_the_notice(monkeypatch):
     assert all(re.fullmatch(r"[0-9A-Za-z]+", code) for code in re.findall(r"<code>(.*?)</code>", html))
 
 
+def _tabs_app():
+    import streamlit as st
+
+    from components.state import bind_config, bind_tabs
+    from tests.test_components import Knobs
+
+    cfg = bind_config(Knobs, "comp-tabs", views=("panel",))
+    labels = ["one", "two", "three"] if cfg.mode == "a" else ["one", "two"]   # the tabs depend on a setting
+    bind_tabs("comp-tabs", "panel", labels)
+    st.text(st.session_state["comp-tabs:panel"])
+
+
+def test_bound_tabs_follow_the_link_and_survive_losing_their_tab():
+    """bind_tabs: the link's tab is selected and written back; a tab the user picked that a new setting removes
+    falls back to the first tab without a link notice (the link did nothing wrong)."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_tabs_app, default_timeout=30)
+    at.query_params["panel"] = "three"
+    at.run()
+    assert not at.exception and [t.value for t in at.text] == ["three"] and not at.warning
+    assert url(at)["panel"] == "three"
+    at.selectbox(key="comp-tabs:mode").set_value("b").run()
+    assert not at.exception and [t.value for t in at.text] == ["one"], [t.value for t in at.text]
+    assert not at.warning, [w.value for w in at.warning]
+    assert url(at)["panel"] == "one" and url(at)["mode"] == "b"
+
+
 def test_link_values_in_notices_cannot_render_as_markdown():
     """A link's bad value, unknown name or bad view value is quoted in a notice: it must stay a code span, so a
     Markdown link, emphasis or bare URL written into a shared URL is shown as typed, never as a clickable link."""
