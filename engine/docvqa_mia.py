@@ -437,6 +437,17 @@ def run(config: Config, progress=None) -> Result:
 SIZE_MULTIPLIERS = (0, 1, 3, 7, 15)          # extra training documents, in units of the candidate members
 WD_SWEEP = (0.0, 0.01, 0.1, 0.3, 1.0, 3.0)
 SWEEP_PAIR_EPOCHS = 320_000                  # cap on (training pairs × epochs) per sweep point (≈ 2 s)
+# The sweeps retrain a target and a proxy at every point, so at large settings they cost many page runs: 88 s at
+# HEAVY_CONFIG, measured 2026-12-07. Combinations whose estimate is over SWEEP_MAX_SECONDS are refused with a message
+# naming what to lower. Fitted that day on an idle 2-core machine (x86_64 AVX512_SPR): 4.4-6.0 µs per training pair
+# and epoch (target + proxy, every point) and 0.12-0.17 µs per attacked pair and step (white- and black-box, every
+# point, counted at the step cap; with the default step size the attacks stop early). Measured vs estimated: default
+# 5.3-7.6 s vs 7.8 s; 2 000 documents 14.3 s vs 19.7 s; Q = 8 at 60 epochs 10.5 s vs 14.0 s; an untrained target
+# with 1 000 steps at η = 0.01 8.6 s vs 10.6 s; 700 documents, Q = 8, 4 epochs, 1 000 steps at η = 0.01 25.7 s vs
+# 27.9 s (refused); 2 000 documents at 60 epochs 40.3 s vs 52.7 s (refused); HEAVY_CONFIG 88.2 s vs 111 s (refused).
+SWEEP_SEC_PER_PAIR_EPOCH = 5e-6
+SWEEP_SEC_PER_PAIR_STEP = 0.2e-6
+SWEEP_MAX_SECONDS = 25.0
 
 
 @dataclass
@@ -476,20 +487,44 @@ def _attack_once(cfg: Config, docs, n_extra: int, weight_decay: float, device, p
     return out
 
 
+def _sweep_multipliers(n_mem: int, config: Config) -> list[int]:
+    """The training-set sizes of the size sweep (extra documents in units of the members), within the work cap."""
+    return [m for m in SIZE_MULTIPLIERS
+            if m <= 1 or (m + 1) * n_mem * config.questions * max(config.epochs, 1) <= SWEEP_PAIR_EPOCHS]
+
+
+def sweep_seconds(config: Config) -> float:
+    """Estimated CPU seconds of ``sweep(config)`` (see SWEEP_SEC_PER_PAIR_EPOCH); the members are half the
+    candidates (make_documents)."""
+    n, q = config.n_docs, config.questions
+    n_mem = n // 2
+    mults = _sweep_multipliers(n_mem, config)
+    train_docs = [n_mem * (1 + m) for m in mults] + [n_mem] * len(WD_SWEEP)   # the target's, at every point
+    pair_epochs = q * config.epochs * (sum(train_docs) + n * len(train_docs))    # + the proxy on every candidate
+    pair_steps = 2 * n * q * config.max_steps * len(train_docs)
+    return SWEEP_SEC_PER_PAIR_EPOCH * pair_epochs + SWEEP_SEC_PER_PAIR_STEP * pair_steps
+
+
 def sweep(config: Config, progress=None) -> SweepResult:
     """AUC of all three attacks as the target's training set grows (extra non-candidate training documents,
     same candidates) and as its weight decay rises (at the configured weight decay / training set)."""
-    from engine.core import get_device
+    from engine.core import InputError, get_device
     from engine.core.nn import set_cpu_threads
 
+    est = sweep_seconds(config)
+    if est > SWEEP_MAX_SECONDS:
+        points = len(_sweep_multipliers(config.n_docs // 2, config)) + len(WD_SWEEP)
+        raise InputError(f"The sweeps retrain the target and the proxy at {points} points; at these "
+                         f"settings that would take about {est:.0f} s (limit {SWEEP_MAX_SECONDS:.0f} s on a 2-core "
+                         "CPU). Lower the training epochs, the candidate documents, the questions per document or "
+                         "the max attack steps to run them.")
     set_cpu_threads(1)
     rng = seed_everything(config.seed, torch_too=True)
     device = get_device()
     n, q = config.n_docs, config.questions
     docs = make_documents(rng, n, config.p_read, q)
     n_mem = int(docs[4].sum())
-    mults = [m for m in SIZE_MULTIPLIERS
-             if m <= 1 or (m + 1) * n_mem * q * max(config.epochs, 1) <= SWEEP_PAIR_EPOCHS]
+    mults = _sweep_multipliers(n_mem, config)
     xv, xo, xe, xf, _ = make_documents(rng, max(mults) * n_mem or 1, config.p_read, q)
     docs = (*docs, (xv, xo, xe, xf))
     points = [("size", m * n_mem, config.weight_decay) for m in mults] + [("wd", 0, w) for w in WD_SWEEP]

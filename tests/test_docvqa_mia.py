@@ -416,6 +416,31 @@ def test_documents_have_distinct_fields_and_half_are_members():
     assert np.mean(ocr == values) == pytest.approx(0.7 + 0.3 / eng.VOCAB, abs=0.02)
 
 
+def test_sweep_estimate_counts_the_points_the_sweep_runs(sweep_200):
+    """sweep_seconds prices every point the sweep trains: the target on its training set and the proxy on all
+    candidates (pair-epochs), and both attacks on all candidates (pair-steps at the step cap)."""
+    c = eng.Config(n_docs=200)
+    n_mem = c.n_docs // 2
+    train = list(sweep_200.train_docs) + [n_mem] * len(sweep_200.wd_values)
+    assert sweep_200.train_docs[0] == n_mem and len(sweep_200.wd_values) == len(eng.WD_SWEEP)
+    pair_epochs = c.questions * c.epochs * (sum(train) + c.n_docs * len(train))
+    pair_steps = 2 * c.n_docs * c.questions * c.max_steps * len(train)
+    assert eng.sweep_seconds(c) == pytest.approx(eng.SWEEP_SEC_PER_PAIR_EPOCH * pair_epochs
+                                                 + eng.SWEEP_SEC_PER_PAIR_STEP * pair_steps, rel=1e-12)
+    assert eng.sweep_seconds(eng.Config()) <= eng.SWEEP_MAX_SECONDS
+
+
+def test_sweep_over_its_time_limit_is_refused_before_any_training(monkeypatch):
+    """At the largest settings the sweeps would take minutes (88 s measured at HEAVY_CONFIG): refused with the
+    estimate and what to lower, before any model is built."""
+    from engine.core import InputError
+
+    monkeypatch.setattr(eng, "make_documents", lambda *a, **k: pytest.fail("the refused sweep started working"))
+    assert eng.sweep_seconds(eng.HEAVY_CONFIG) > eng.SWEEP_MAX_SECONDS
+    with pytest.raises(InputError, match=r"about \d+ s \(limit 25 s.*Lower the training epochs"):
+        eng.sweep(eng.HEAVY_CONFIG)
+
+
 def test_sweep_summary_numbers_are_read_off_the_plotted_curves(sweep_200):
     """The sweep badges' details and the caption quote drops from the plotted curves: first point minus last."""
     sr = sweep_200
@@ -446,6 +471,17 @@ def test_page_sweeps_toggle_is_part_of_the_shared_link(default_result, sweep_200
     off = open_page("docvqa_mia", seed=(("engine.docvqa_mia", eng.Config(), default_result),))
     assert not {"auc_size", "auc_wd"} & set(figures(off)) and "Claims of the sweeps" not in [h.value for h in off.subheader]
     assert off.query_params["sweeps"] in ("false", ["false"])
+
+
+def test_page_with_a_refused_sweep_says_so_and_draws_the_rest():
+    """A link with the sweeps on at settings over their time limit: the refusal is shown, the page goes on (the
+    how-it-works section is still drawn) and no sweep chart appears."""
+    at = open_page("docvqa_mia", {"n_docs": "700", "epochs": "4", "questions": "8", "max_steps": "1000",
+                                  "attack_lr": "0.01", "sweeps": "true"})
+    errors = [e.value for e in at.error]
+    assert any("would take about" in e and "Lower the training epochs" in e for e in errors), errors
+    assert not {"auc_size", "auc_wd"} & set(figures(at))
+    assert any("How it works" in (x.label or "") for x in at.expander), [x.label for x in at.expander]
 
 
 # ----------------------------------------------------------------------------- what the page draws and quotes
