@@ -498,6 +498,8 @@ def test_page_hostile_url_params(paper):
     cls = _config_cls(paper)
     rng = random.Random(f"hostile-{paper.slug}")
     query = {name: rng.choice(HOSTILE) for name in widget_specs(cls)}
+    # the page's view settings and tabs too ("true" left out: it would switch on DocMIA's opt-in sweeps)
+    query.update({name: rng.choice([h for h in HOSTILE if h != "true"]) for name in sorted(_view_names(ROOT / paper.page)[0])})
     query["not_a_setting"] = "1"
     at = _open(paper, query)
     _no_exception(at)
