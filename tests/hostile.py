@@ -2,7 +2,8 @@
 
 For every built page, headless with AppTest:
 - ``--draws`` seeded draws of random valid widget values (set through the widgets themselves);
-- ``--draws`` seeded sets of hostile URL parameters (malformed, out of range, very long, unknown);
+- ``--draws`` seeded sets of hostile URL parameters (malformed, out of range, very long, unknown; settings, view
+  settings and tabs);
 - each widget at each end of its range, one at a time.
 A draw fails if the page raises (a traceback); clear messages (st.error / st.warning) are fine, and for
 hostile URLs a notice is required. Counts what was tried and what failed, per page.
@@ -30,7 +31,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from engine.core.params import Text, random_config, widget_specs  # noqa: E402
 from engine.registry import built_papers  # noqa: E402
-from tests.test_pages import HOSTILE, _widget  # noqa: E402
+from tests.test_pages import HOSTILE, _view_names, _widget  # noqa: E402
 
 
 def _set(at: AppTest, slug: str, name: str, spec, value) -> None:
@@ -44,6 +45,7 @@ def _set(at: AppTest, slug: str, name: str, spec, value) -> None:
 def sweep(paper, draws: int, rng: random.Random, timeout: float) -> dict:
     cls = importlib.import_module(paper.module).Config
     specs = widget_specs(cls)
+    views = sorted(_view_names(ROOT / paper.page)[0])
     out = {"page": paper.slug, "widget_draws": 0, "url_draws": 0, "extremes": 0, "failures": []}
     at = AppTest.from_file(str(ROOT / paper.page), default_timeout=timeout).run()
     for _ in range(draws):
@@ -71,6 +73,8 @@ def sweep(paper, draws: int, rng: random.Random, timeout: float) -> dict:
                 out["failures"].append(f"{name}={value!r}: {at.exception[0].value[:200]}")
     for _ in range(draws):
         query = {name: rng.choice(HOSTILE) for name in specs if rng.random() < 0.7}
+        # view settings and tabs as well ("true" left out: it would switch on DocMIA's opt-in sweeps)
+        query.update({name: rng.choice([h for h in HOSTILE if h != "true"]) for name in views if rng.random() < 0.7})
         query[rng.choice(["x", "debug", "a" * 300])] = rng.choice(HOSTILE)
         at = AppTest.from_file(str(ROOT / paper.page), default_timeout=timeout)
         for k, v in query.items():
