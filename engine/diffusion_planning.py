@@ -21,6 +21,11 @@ costs N x S, CFG 2 x S per plan, S at w = 1 where the unconditional pass drops o
 pass of episodes runs CFG at the best single-plan weight with as many plans as the budgets 2 S and 4 S buy, the
 critic picking among them), and the Transformer denoiser vs a 1-D temporal U-Net trained the same way.
 
+Device: run() copies the planner, critic, inverse dynamics and (when asked for) the guide onto the device
+``get_device()`` picks, so the batched DDIM sampling, critic scoring and inverse-dynamics calls run there (a CUDA
+GPU when present); the maze stepping stays numpy on the host, and every random draw (start jitter, DDIM noise,
+random selection) is still made by numpy on the host and only then copied to the device.
+
 Training: ``python -m engine.diffusion_planning train`` writes assets/diffusion-planning/dv_maze.pt (planner,
 critic, inverse dynamics); ``... train --denoiser unet`` writes dv_maze_unet.pt (the U-Net planner only, same data,
 batches, noise, steps and schedule; it uses the first checkpoint's critic and inverse dynamics).
@@ -37,8 +42,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from engine.core import Bool, Choice, Claim, InputError, Int, Multi, param, seed_everything
+from engine.core import Bool, Choice, Claim, InputError, Int, Multi, get_device, param, seed_everything
 from engine.core.progress import ProgressSpan, report
+
+# run() samples, scores and acts with its networks on get_device()'s device (CUDA when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
 
 # ----------------------------------------------------------------------------- environment
 
@@ -677,6 +686,27 @@ def load_bundle():
     return _load_module(checkpoint_path(), model_classes()[1], "python -m engine.diffusion_planning train")
 
 
+_LOADERS = {"bundle": load_bundle, "unet": load_unet, "guide": load_guide}
+
+
+def model_on(name: str, dev):
+    """The checkpoint module ``name`` ("bundle", "unet" or "guide") for use on ``dev``.
+
+    On the CPU this is the cached module itself. For any other device it is a copy made once per device and
+    kept (``_device_copy``), so the CPU module that other callers share is never moved."""
+    module = _LOADERS[name]()[0]
+    if getattr(dev, "type", "cpu") == "cpu":
+        return module
+    return _device_copy(name, dev)
+
+
+@lru_cache(maxsize=6)
+def _device_copy(name: str, dev):
+    import copy
+
+    return copy.deepcopy(_LOADERS[name]()[0]).to(dev).eval()
+
+
 # ----------------------------------------------------------------------------- engine contract
 
 CFG_WEIGHTS = (0, 0.5, 1, 2, 4, 8)     # CFG weights to choose from (w = 0 is unguided sampling)
@@ -853,12 +883,16 @@ def run(config: Config, progress=None) -> Result:
 
     set_cpu_threads()
     seed_everything(config.seed, torch_too=True)
-    bundle, info = load_bundle()
-    unet, unet_info = load_unet()
-    planners = {"unet": unet}
+    dev = get_device()
+    info, unet_info = load_bundle()[1], load_unet()[1]
+    # the networks on the chosen device (a per-device copy off the CPU); simulate and sample_plans put their
+    # tensors wherever these parameters live
+    bundle = model_on("bundle", dev)
+    planners = {"unet": model_on("unet", dev)}
+    guide = model_on("guide", dev) if _cg_scales(config) else None
     span = ProgressSpan(progress, 0, 1)
     sim_kw = dict(episodes=config.episodes, ddim_steps=config.ddim_steps, replan=config.replan, seed=config.seed,
-                  planners=planners)
+                  planners=planners, guide=guide)
     v1 = _variants(config)
     sim = simulate(bundle, v1, progress=span.sub(0, 0.75, "episodes: "), keep_moment=True, **sim_kw)
     succ = {nm: success_rate(sim["first"][i]) for i, nm in enumerate(sim["names"])}

@@ -12,6 +12,11 @@ width grows, for γ fixed, γ ∝ M and γ = 100·M.
 
 Only PC is implemented (no target propagation). Pure compute: no streamlit import.
 
+Device: the sweep's batched lanes (weights, digits, PC inference and updates, losses) run on get_device()'s device
+(a CUDA GPU when present). Its random numbers are drawn on the host (the initial weights from a CPU torch.Generator,
+the minibatch and evaluation indices from numpy) and then copied over, so a seed gives the same draws on any
+device. Experiment B, a few tiny float64 solves, stays on the host.
+
 Negative controls of the transfer claim (measured 2026-12-06): giving the μP lanes SP's learning-rate multipliers
 (on the output layer, or on every layer) breaks transfer (the width-32 learning rate diverges at width 256; tested).
 Setting only the input-layer multiplier to 1, which the spec expects to fail, does not: regret 1.07 and a shift of
@@ -26,9 +31,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.core import Choice, Float, InputError, Int, Multi, param, seed_everything
+from engine.core import Choice, Float, InputError, Int, Multi, get_device, param, seed_everything
 from engine.core.claims import Claim
 from engine.core.progress import ProgressSpan, report
+
+# run() trains the sweep's lanes on the device get_device() picks (a CUDA GPU when present); the sidebar
+# names that device (engine.core.device.engine_device_label)
+USES_DEVICE = True
 
 BASE_WIDTH = 32
 WIDTHS = (32, 64, 128, 256, 512)
@@ -230,12 +239,14 @@ HEAVY_CONFIG = Config(widths=(32, 128, 512), lr_min=-8, lr_max=7, steps=300, inf
                       batch=64, depth=4)
 
 
-def sweep(cfg: Config, steps: int, progress=None):
+def sweep(cfg: Config, steps: int, progress=None, dev=None):
+    """The (param, lr) grid at every width, on ``dev`` (default: the CPU); every random draw is made on the host."""
     import torch
 
+    dev = torch.device("cpu") if dev is None else dev
     act, dact = _tanh()
     X, Y = digits_regression()
-    Xt, Yt = torch.as_tensor(X), torch.as_tensor(Y)
+    Xt, Yt = torch.as_tensor(X).to(dev), torch.as_tensor(Y).to(dev)
     params = tuple(p for p in PARAMS if p in cfg.params)
     lrs = 2.0 ** np.arange(cfg.lr_min, cfg.lr_max + 1)
     widths = tuple(sorted(cfg.widths))
@@ -243,7 +254,8 @@ def sweep(cfg: Config, steps: int, progress=None):
     final = np.full((len(params), len(widths), len(lrs)), np.inf)
     evals = np.unique(np.linspace(0, steps, 7).astype(int))
     # intermediate points of the training curves use a fixed subset; the final loss uses all 1797 digits
-    eval_idx = torch.as_tensor(np.random.default_rng([cfg.seed, 3]).choice(len(X), 400, replace=False))
+    eval_idx = torch.as_tensor(np.random.default_rng([cfg.seed, 3]).choice(len(X), 400, replace=False)).to(dev)
+    Xe, Ye = Xt[eval_idx], Yt[eval_idx]
     hist = np.full((len(params), len(widths), len(lrs), len(evals)), np.inf)
     for wi, m in enumerate(widths):
         dims = [64] + [m] * (cfg.depth - 1) + [10]
@@ -251,16 +263,21 @@ def sweep(cfg: Config, steps: int, progress=None):
         # the same base Gaussians for every parameterisation of this width
         per_param = [init_weights(pairs, p, m, torch.Generator().manual_seed(cfg.seed * 7919 + m), len(lrs))
                      for p in params]
-        ws = [torch.cat([pp[i] for pp in per_param]) for i in range(len(pairs))]
-        lr_lane = torch.tensor(np.tile(lrs, len(params)), dtype=torch.float32)
-        mult = torch.tensor([lr_multipliers(p, m, len(pairs)) for p in params for _ in lrs], dtype=torch.float32)
+        ws = [torch.cat([pp[i] for pp in per_param]).to(dev) for i in range(len(pairs))]
+        lr_lane = torch.tensor(np.tile(lrs, len(params)), dtype=torch.float32).to(dev)
+        mult = torch.tensor([lr_multipliers(p, m, len(pairs)) for p in params for _ in lrs],
+                            dtype=torch.float32).to(dev)
         gam = torch.tensor([gamma_for(p, cfg.gamma, m) for p in params for _ in lrs],
-                           dtype=torch.float32)[:, None, None]
-        alive = torch.ones(n_lanes, dtype=torch.bool)
+                           dtype=torch.float32)[:, None, None].to(dev)
+        alive = torch.ones(n_lanes, dtype=torch.bool, device=dev)
         data_rng = np.random.default_rng([cfg.seed, 5])
+        # this width's minibatch rows, drawn on the host one step at a time (the same sequence as drawing them
+        # inside the loop) and copied over once, so the loop makes no host-to-device copy per step
+        batch_idx = torch.as_tensor(np.stack([data_rng.integers(0, len(X), cfg.batch)
+                                              for _ in range(steps)])).to(dev)
 
         def full_loss(ws, final: bool):
-            xs, ys = (Xt, Yt) if final else (Xt[eval_idx], Yt[eval_idx])
+            xs, ys = (Xt, Yt) if final else (Xe, Ye)
             with torch.no_grad():
                 pred = forward(ws, xs.expand(n_lanes, -1, -1), act)
                 loss = 0.5 * ((ys - pred) ** 2).sum(-1).mean(-1)
@@ -272,11 +289,11 @@ def sweep(cfg: Config, steps: int, progress=None):
                 loss = full_loss(ws, final=(step == steps))
                 alive &= loss < DIVERGED
                 loss = torch.where(alive, loss, torch.full_like(loss, np.inf))
-                hist[:, wi, :, k] = loss.numpy().reshape(len(params), len(lrs))
+                hist[:, wi, :, k] = loss.cpu().numpy().reshape(len(params), len(lrs))
                 k += 1
             if step == steps:
                 break
-            idx = data_rng.integers(0, len(X), cfg.batch)
+            idx = batch_idx[step]
             xb = Xt[idx].expand(n_lanes, -1, -1)
             yb = Yt[idx].expand(n_lanes, -1, -1)
             with torch.no_grad():
@@ -346,7 +363,8 @@ def run(config: Config, progress=None) -> Result:
 
     from engine.core.nn import set_cpu_threads
 
-    set_cpu_threads()
+    set_cpu_threads()       # one host thread also on a GPU host, where experiment B's float64 work still runs
+    dev = get_device()
     seed_everything(config.seed, torch_too=True)
     if config.lr_max <= config.lr_min + 1:
         raise InputError("choose a learning-rate range with at least three values")
@@ -360,7 +378,7 @@ def run(config: Config, progress=None) -> Result:
                      f"(estimated {est / 1e9:.0f} GFLOP for the requested setting).")
     span = ProgressSpan(progress, 0, 1)
     with torch.random.fork_rng(devices=[]):
-        lrs, widths, params, final, hist, evals = sweep(config, steps, span.sub(0, 0.9, "μTransfer sweep: "))
+        lrs, widths, params, final, hist, evals = sweep(config, steps, span.sub(0, 0.9, "μTransfer sweep: "), dev)
     report(progress, 0.92, "exact linear study")
     cos_fo, cos_gn, fo_gn = experiment_b(config)
 

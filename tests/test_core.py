@@ -272,7 +272,8 @@ def test_sidebar_names_the_device_the_engine_uses(monkeypatch):
 
 def test_a_cuda_host_gets_deterministic_kernels(monkeypatch):
     """On a GPU host get_device() turns on torch's deterministic algorithms (warn-only, so no page stops) and the
-    cuBLAS workspace setting they need; on the CPU it leaves both alone."""
+    cuBLAS workspace setting they need, and keeps float32 matmuls and cuDNN convolutions / RNNs at full precision
+    (no TF32); on the CPU it leaves all of them alone."""
     import torch
 
     from engine.core import device as dev
@@ -283,12 +284,20 @@ def test_a_cuda_host_gets_deterministic_kernels(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     monkeypatch.setenv(dev.FORCE_CPU_ENV, "1")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert dev.get_device().type == "cpu" and calls == []
-    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
-    monkeypatch.delenv(dev.FORCE_CPU_ENV)
-    assert dev.get_device().type == "cuda"
-    assert dev.get_device().type == "cuda"
-    assert calls == [(True, True)] and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    knobs = (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn)
+    before = [k.fp32_precision for k in knobs]
+    assert "tf32" in before                     # torch's own default lets cuDNN convolutions use TF32
+    try:
+        assert dev.get_device().type == "cpu" and calls == []
+        assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ and [k.fp32_precision for k in knobs] == before
+        monkeypatch.delenv(dev.FORCE_CPU_ENV)
+        assert dev.get_device().type == "cuda"
+        assert dev.get_device().type == "cuda"
+        assert calls == [(True, True)] and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert [k.fp32_precision for k in knobs] == ["ieee"] * 3
+    finally:
+        for k, v in zip(knobs, before):
+            k.fp32_precision = v
 
 
 def test_engines_that_route_tensors_to_the_device_declare_it():

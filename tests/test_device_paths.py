@@ -93,7 +93,7 @@ def test_device_engines_are_found():
 
 @pytest.mark.parametrize("module", [p.module for p in built_papers()])
 def test_default_run_keeps_one_device(module):
-    """Every engine's default run (the 24 that keep torch on the CPU must not touch the device at all)."""
+    """Every engine's default run (the 22 that keep torch on the CPU must not touch the device at all)."""
     assert check_engine(module) == []
 
 

@@ -29,10 +29,17 @@ def get_device():
 def _deterministic_cuda(torch) -> None:
     """A shared link should give the same numbers on the same kind of GPU, so CUDA runs use torch's deterministic
     kernels where it has them (cuBLAS needs its workspace setting for that, read when cuBLAS starts). warn_only:
-    an op without a deterministic kernel warns and still runs, rather than stopping a page."""
+    an op without a deterministic kernel warns and still runs, rather than stopping a page.
+
+    float32 matrix products and cuDNN convolutions / RNNs are kept at full float32 precision: torch lets cuDNN
+    convolutions use TF32 (a 10-bit mantissa) by default, which would move a GPU run's numbers much further from
+    the CPU's than float32 rounding does."""
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if not torch.are_deterministic_algorithms_enabled():
         torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    torch.backends.cudnn.rnn.fp32_precision = "ieee"
 
 
 _native_limited_for: frozenset = frozenset()
