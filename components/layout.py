@@ -7,7 +7,7 @@ import re
 import streamlit as st
 
 from components import seed_notes
-from components.state import PAGE_SLUG_KEY
+from components.state import ENGINE_RUNS_KEY, PAGE_SLUG_KEY
 from engine.core.claims import Claim
 from engine.registry import get
 
@@ -47,7 +47,9 @@ def claims_panel(claims: list[Claim], title: str = "Claims, measured on this run
     st.subheader(title)
     n_pass = sum(c.passed for c in claims)
     st.caption(f"{n_pass} of {len(claims)} reproduced with the current settings. Each number below was "
-               "measured by the engine just now; change the settings and they are measured again.")
+               "measured by the engine on a run with these settings (the sidebar says how long it took and whether "
+               "it was computed just now or served from the cache); change the settings and they are measured "
+               "again.")
     for c in claims:
         with st.container(border=True):
             left, right = st.columns([0.8, 0.2], vertical_alignment="center")
@@ -86,6 +88,39 @@ def device_indicator() -> None:
     paper = BY_SLUG.get(st.session_state.get(PAGE_SLUG_KEY, ""))
     label = engine_device_label(importlib.import_module(paper.module)) if paper and paper.module else device_label()
     st.sidebar.caption(f":material/memory: Compute: {label}")
+    # below it, the time of this page run's engine runs (note_engine_run fills it as they finish)
+    st.session_state[ENGINE_RUNS_KEY] = {"slot": st.sidebar.empty(), "runs": []}
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.1f} s" if s >= 1 else f"{s:.2f} s"
+
+
+def engine_time_text(runs: list[tuple[float | None, bool]]) -> str:
+    """The sidebar line for a page run's engine runs, each ``(seconds it took to compute, served from the cache)``."""
+    timed = [s for s, _ in runs if s is not None]
+    total = _seconds(sum(timed)) if timed else "untimed"
+    fresh = sum(not cached for _, cached in runs)
+    if len(runs) == 1:
+        how = ", computed just now" if fresh else " when it was computed; now from the cache"
+        return f":material/timer: Engine time for this view: {total}{how}"
+    if fresh == len(runs):
+        how = "all computed just now"
+    elif fresh == 0:
+        how = "when they were computed; now from the cache"
+    else:
+        how = f"{fresh} computed just now, {len(runs) - fresh} from the cache"
+    return f":material/timer: Engine time for this view: {total} in {len(runs)} runs ({how})"
+
+
+def note_engine_run(seconds: float | None, cached: bool) -> None:
+    """Record one engine run of this page run (``seconds``: how long computing it took, also when it now comes from
+    the cache) and update the sidebar line under the device indicator. Does nothing where that line was not made."""
+    log = st.session_state.get(ENGINE_RUNS_KEY)
+    if not log:
+        return
+    log["runs"].append((seconds, cached))
+    log["slot"].caption(engine_time_text(log["runs"]))
 
 
 def show_error(message: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import streamlit as st
 
-from components.layout import literal
+from components.layout import literal, note_engine_run
 
 MAX_ENTRIES = 64
 MAX_BYTES = 256 * 1024 * 1024
@@ -33,6 +33,7 @@ class ResultStore:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._data: OrderedDict[tuple, bytes] = OrderedDict()
+        self._seconds: dict[tuple, float] = {}      # key -> how long the engine took to compute it
         self._bytes = 0
         self._lock = threading.Lock()
         self._key_locks: dict[tuple, list] = {}     # key -> [lock, sessions holding or waiting for it]
@@ -67,19 +68,29 @@ class ResultStore:
             self.hits += 1
         return pickle.loads(blob)
 
-    def put(self, key: tuple, value: Any) -> None:
+    def put(self, key: tuple, value: Any, seconds: float | None = None) -> None:
+        """Store ``value`` under ``key``; ``seconds``: how long computing it took (``seconds(key)`` returns it)."""
         blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         with self._lock:
             self.misses += 1
             if key in self._data:
                 self._bytes -= len(self._data.pop(key))
+                self._seconds.pop(key, None)
             if len(blob) > self.max_bytes:
                 return
             self._data[key] = blob
+            if seconds is not None:
+                self._seconds[key] = float(seconds)
             self._bytes += len(blob)
             while len(self._data) > self.max_entries or self._bytes > self.max_bytes:
-                _, old = self._data.popitem(last=False)
+                gone, old = self._data.popitem(last=False)
                 self._bytes -= len(old)
+                self._seconds.pop(gone, None)
+
+    def seconds(self, key: tuple) -> float | None:
+        """How long the engine took to compute the entry under ``key`` (None: not stored, or not timed)."""
+        with self._lock:
+            return self._seconds.get(key)
 
     @property
     def nbytes(self) -> int:
@@ -91,6 +102,7 @@ class ResultStore:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self._seconds.clear()
             self._bytes = 0
 
 
@@ -116,10 +128,12 @@ def run_cached(module_name: str, config, label: str = "Computing", fn: str = "ru
     store = result_store()
     hit = store.get(key)
     if hit is not None:
+        note_engine_run(store.seconds(key), cached=True)
         return hit
     with store.key_lock(key):
         hit = store.get(key)
-        if hit is not None:
+        if hit is not None:         # another session computed it while this one waited
+            note_engine_run(store.seconds(key), cached=True)
             return hit
         bar = st.progress(0.0, text=f"{label}…")
         last = [0.0]
@@ -133,13 +147,16 @@ def run_cached(module_name: str, config, label: str = "Computing", fn: str = "ru
 
         try:
             module = importlib.import_module(module_name)
+            started = time.perf_counter()
             if payload is None:
                 result = getattr(module, fn)(config, progress=progress)
             else:
                 result = getattr(module, fn)(config, progress=progress, payload=payload)
+            seconds = time.perf_counter() - started
         finally:
             bar.empty()
-        store.put(key, result)
+        store.put(key, result, seconds=seconds)
+        note_engine_run(seconds, cached=False)
         return result
 
 

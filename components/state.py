@@ -190,6 +190,9 @@ def _seen_key(slug: str) -> str:
 
 
 PAGE_SLUG_KEY = "_explorer_page_slug"   # the slug of the page being drawn (set by bind_config, read by the claims panel)
+# this page run's engine runs and the sidebar slot that reports their time (made by layout.device_indicator, filled
+# by runner.run_cached); bind_config drops the previous run's, so a run only ever reports into its own sidebar
+ENGINE_RUNS_KEY = "_explorer_engine_runs"
 
 
 def bind_config(config_cls, slug: str, container=None, title: str = "Settings", views: tuple[str, ...] = ()):
@@ -200,6 +203,7 @@ def bind_config(config_cls, slug: str, container=None, title: str = "Settings", 
     """
     container = container if container is not None else st.sidebar
     st.session_state[PAGE_SLUG_KEY] = slug
+    st.session_state.pop(ENGINE_RUNS_KEY, None)
     VIEW_PARAMS.setdefault(slug, set()).update(views)
     specs = widget_specs(config_cls)
     base = defaults(config_cls)

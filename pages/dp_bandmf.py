@@ -112,7 +112,7 @@ fig = charts.lines({"fast O(n·b) path": res.timing_n_fast, "dense O(n³) path":
 fig.update_xaxes(dtick=1, exponentformat="power")
 fig.update_yaxes(dtick=1, exponentformat="power")
 charts.show(fig, key="timing")
-st.caption(f"Measured on this machine just now (b = {min(64, int(bands.max()))}). The dense path builds and "
+st.caption(f"Measured on this server when these settings were computed (b = {min(64, int(bands.max()))}). The dense path builds and "
            "inverts n×n matrices, so it stops at n = 512 here. The whole sweep above took "
            f"{m['opt_seconds']:.2f} s to optimise at n = {cfg.n:,}. The 'It scales' badge times the paper's large-n "
            f"regime on every run: one whole optimisation of a {m['scale_b']:.0f}-banded strategy at "

@@ -335,6 +335,99 @@ def test_the_store_keeps_the_recently_read_entry():
     assert [store.get((k,)) for k in "abcd"] == ["a", None, "c", "d"]
 
 
+def test_the_store_keeps_each_entrys_compute_time_as_long_as_the_entry():
+    from components.runner import ResultStore
+
+    store = ResultStore(max_entries=2, max_bytes=10**6)
+    store.put(("a",), 1, seconds=0.5)
+    store.put(("b",), 2)                         # untimed
+    assert (store.seconds(("a",)), store.seconds(("b",)), store.seconds(("z",))) == (0.5, None, None)
+    store.put(("a",), 3, seconds=2.0)            # recomputed: the new time replaces the old
+    assert store.seconds(("a",)) == 2.0
+    store.put(("c",), 4, seconds=1.0)            # evicts b; a was written last, so it stays
+    assert store.get(("b",)) is None and store.seconds(("a",)) == 2.0
+    store.put(("d",), 5, seconds=1.0)            # evicts a, and its time with it
+    assert store.get(("a",)) is None and store.seconds(("a",)) is None
+    store.clear()
+    assert store.seconds(("d",)) is None
+
+
+def test_engine_time_line_sums_the_runs_and_says_which_came_from_the_cache():
+    from components.layout import engine_time_text
+
+    assert engine_time_text([(1.234, False)]).endswith("Engine time for this view: 1.2 s, computed just now")
+    assert engine_time_text([(0.0456, True)]).endswith(": 0.05 s when it was computed; now from the cache")
+    assert engine_time_text([(0.5, False), (0.75, True)]).endswith(
+        ": 1.2 s in 2 runs (1 computed just now, 1 from the cache)")     # 1.25 s
+    assert engine_time_text([(2.0, True), (3.0, True)]).endswith(": 5.0 s in 2 runs (when they were computed; now "
+                                                                 "from the cache)")
+    assert "untimed" in engine_time_text([(None, True)])
+
+
+def _timed_app(module_name, ns, indicator):
+    import streamlit as st
+
+    from components import layout, state
+    from components.runner import run_cached
+    from tests.test_components import Knobs
+
+    state.bind_config(Knobs, "comp-timed")
+    if st.session_state.get("indicator", indicator):
+        layout.device_indicator()
+    for n in ns:
+        st.text(str(run_cached(module_name, Knobs(n=n))))
+
+
+def test_the_sidebar_says_how_long_the_engine_took_and_whether_it_came_from_the_cache(monkeypatch):
+    """The time under the device line is the engine's own time, measured when the result was computed (here a sleep
+    of known length), summed over the page run's engine runs, and kept with the cached result: a second visitor
+    with the same settings is told the same time and that it came from the cache. A page run that made no such
+    line (no device indicator) shows none, and does not write into the previous run's."""
+    import time
+
+    from streamlit.testing.v1 import AppTest
+
+    from components import runner
+
+    mod = types.ModuleType("comp_test_engine_sleepy")
+
+    def run(config, progress=None):
+        time.sleep(0.1 * config.n)
+        return {"n": config.n}
+
+    mod.run = run
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    runner.result_store().clear()
+    store = runner.result_store()
+    key = runner.cache_key(mod.__name__, Knobs(n=3))
+
+    def line(at):
+        return [c.value for c in at.sidebar.caption if "Engine time" in c.value]
+
+    try:
+        first = AppTest.from_function(_timed_app, args=(mod.__name__, (3,), True), default_timeout=30).run()
+        assert not first.exception, [e.value for e in first.exception]
+        took = store.seconds(key)
+        assert took >= 0.3
+        assert line(first) == [f":material/timer: Engine time for this view: {took:.2f} s, computed just now"]
+        second = AppTest.from_function(_timed_app, args=(mod.__name__, (3,), True), default_timeout=30).run()
+        assert line(second) == [f":material/timer: Engine time for this view: {took:.2f} s when it was computed; "
+                                "now from the cache"]
+        both = AppTest.from_function(_timed_app, args=(mod.__name__, (3, 2), True), default_timeout=30).run()
+        total = took + store.seconds(runner.cache_key(mod.__name__, Knobs(n=2)))
+        shown_total = f"{total:.1f} s" if total >= 1 else f"{total:.2f} s"
+        assert line(both) == [f":material/timer: Engine time for this view: {shown_total} in 2 runs (1 computed "
+                              "just now, 1 from the cache)"]
+        # the same session, now without the line (its device indicator not drawn): the previous run's line is gone
+        # and nothing is written into where it was
+        both.session_state["indicator"] = False
+        both.run()
+        assert not both.exception and line(both) == [] and [t.value for t in both.text] == [str({"n": 3}),
+                                                                                             str({"n": 2})]
+    finally:
+        runner.result_store().clear()
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # components.layout
 
