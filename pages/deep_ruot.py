@@ -53,7 +53,7 @@ res = run_or_stop("engine.deep_ruot", cfg, label="Training DeepRUOT and the base
 if res.pretrained:
     st.caption("At the default settings the three networks are **pretrained**: they were trained offline by "
                "`python -m engine.deep_ruot train` with exactly this recipe, data and seed, and are loaded from "
-               "a 100 kB checkpoint; every badge below is still measured now, on freshly generated snapshots. "
+               "a 100 kB checkpoint; every badge below is still measured by the run, on freshly generated snapshots. "
                "Tick *Train live at the default settings* (Advanced) or change any setting to watch it train "
                "(a few seconds at the defaults).")
 layout.claims_panel(eng.claims(res))

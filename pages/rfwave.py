@@ -109,7 +109,7 @@ c1, c2, c3, c4 = st.columns(4)
 c1.metric("LSD RFWave (this clip)", f"{m['lsd_shown']:.2f} dB")
 c2.metric(f"LSD Griffin-Lim ({cfg.gl_iters} it.)", f"{m['lsd_gl_shown']:.2f} dB")
 # short labels: four metrics share a tablet's width (768 px), and a longer label is cut off with an ellipsis
-c3.metric("Real-time factor", f"{m['rtf']:.3f}", help="RFWave's wall time / audio duration, measured now")
+c3.metric("Real-time factor", f"{m['rtf']:.3f}", help="RFWave's wall time / audio duration, measured on this run")
 c4.metric("Positions per step", f"{int(m['positions_frames_bands'])}",
           help=f"Network positions per step: frames × bands, vs {int(m['positions_samples'])} for a sample-level "
                "model")

@@ -86,7 +86,7 @@ if zero_gap:
                "pieces, and the normalised Laplacian's λ₂ is 0 exactly when the graph is disconnected.")
 
 t_ms = summary[summary["graph"] == "aligned"]["rewire_time_ms"].to_numpy()
-fig_t = charts.bars([SHORT[m] for m in METHODS[1:]], t_ms[1:], title="Rewiring time per graph (measured now)",
+fig_t = charts.bars([SHORT[m] for m in METHODS[1:]], t_ms[1:], title="Rewiring time per graph (measured on this run)",
                     ylabel="milliseconds", text_fmt=".1f")
 fig_t.update_yaxes(type="log")
 charts.show(fig_t, key="bar-time")
