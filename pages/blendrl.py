@@ -240,6 +240,13 @@ charts.themed(fig, "Mean return of the last 100 training episodes", 360)
 fig.update_xaxes(title="env steps")
 fig.update_yaxes(title="return")
 charts.show(fig, key="curves")
+st.caption("These are training episodes: they restart on a random floor and column (see the note at the top), so "
+           "an agent that can only finish the upper floors still collects the bell's reward here. The curves are "
+           "the game's own reward, without the shaping. The evaluation above starts every episode at the bottom, "
+           "which is why the last training returns (" + ", ".join(
+               f"{a} {float(np.mean(c['ret'][-5:])):.2f}" for a, c in res.curves.items()) + ", mean of the last five "
+           "points) can sit well above the standard layout's mean returns there (" + ", ".join(
+               f"{a} {res.table[a]['standard']['ret']:.2f}" for a in eng.AGENTS) + ").")
 download.download_csv(pd.DataFrame([dict(agent=a, steps=int(s), ret=float(r), success=float(u))
                                     for a, c in res.curves.items()
                                     for s, r, u in zip(c["steps"], c["ret"], c["succ"])]), "blendrl_training.csv")

@@ -71,13 +71,17 @@ with left:
     for vi, v in enumerate(eng.VARIANTS):
         fv = res.final_maxv[v]
         shown = np.where(np.isfinite(fv), np.maximum(fv, 1e-30), 1e30)
-        fig.add_trace(go.Scatter(x=[eng.LABELS[v]] * len(fv), y=shown, mode="markers", name=eng.LABELS[v],
-                                 marker=dict(color=charts.COLORS[vi], size=9, opacity=0.7), showlegend=False))
+        # one point per seed, spread sideways (plotly's own seeded jitter) so that seeds ending at about the same
+        # value stay visible side by side; the box itself is not drawn
+        fig.add_trace(go.Box(x=[eng.LABELS[v]] * len(fv), y=shown, name=eng.LABELS[v], boxpoints="all",
+                             jitter=0.7, pointpos=0, fillcolor="rgba(0,0,0,0)", line=dict(width=0),
+                             marker=dict(color=charts.COLORS[vi], size=9, opacity=0.7), showlegend=False,
+                             hoveron="points"))
     fig.add_hline(y=eng.DIVERGE, line_dash="dot")
     charts.themed(fig, "Final max|V| per seed (non-finite drawn at 1e30)", 380)
     fig.update_yaxes(type="log", title="final max |V|", exponentformat="power")
     charts.show(fig, key="final")
-    # diverged seeds pile up on one marker at 1e30: say how many there are
+    # diverged seeds all sit at 1e30: say how many there are
     st.caption("Seeds that diverged (max|V| above the dotted line, or non-finite, at some step): " + ", ".join(
         f"{eng.LABELS[v]} {round(res.metrics[f'{v}_diverged_frac'] * len(res.final_maxv[v]))} of "
         f"{len(res.final_maxv[v])}" for v in eng.VARIANTS) + ".")
