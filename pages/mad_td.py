@@ -179,12 +179,15 @@ if mode in ("both", "actor-critic"):
 
 if mode in ("both", "evaluation"):
     st.subheader("Where the fixed-policy critic is wrong (seed 0)")
+    # one colour range for both maps, so the same colour means the same error in each
+    reach = max(float(np.nanmax(np.abs(z))) for z in res.heat.values())
+    st.caption(f"Both maps share one colour scale (±{reach:.1f}); black dots: the states in the replay buffer.")
     cols = st.columns(len(res.heat))
     for i, (name, z) in enumerate(res.heat.items()):
         with cols[i]:
             f = charts.heatmap(z.T, title=name, x=res.heat_axis, y=res.heat_axis, xlabel="position",
                                ylabel="velocity", diverging=True, reverse_y=False, height=360,
-                               colorbar_title="Q_θ − Q^π")
+                               colorbar_title="Q_θ − Q^π", zmin=-reach, zmax=reach)
             f.add_trace(go.Scatter(x=res.data_states[:, 0], y=res.data_states[:, 1], mode="markers",
                                    marker=dict(size=3, color="black"), name="data", showlegend=False))
             charts.show(f, key=f"heat{i}")
