@@ -157,10 +157,14 @@ download.download_csv(pd.DataFrame([{"variant": v, "row": i, "col": j, "greedy_a
 R, C = res.water.shape
 land = [(i, j) for i in range(R) for j in range(C) if not res.water[i, j]]
 # a view setting bound to the URL like every widget, so a shared link opens on the same cell ("row,col")
+# it opens on the start cell, where every episode begins (a corner far from the hazards shows nothing but "≥ 10")
+start_cell = eng.parse_map(cfg.grid)[1]
 cell_at = state.bind_view(SLUG, "cell", Choice(tuple(f"{i},{j}" for i, j in land),
                                                "Cell for the steps-to-cost histogram (row, column)",
-                                               labels=tuple(f"row {i}, col {j}" for i, j in land),
-                                               help="a view setting: no retraining"))
+                                               labels=tuple(f"row {i}, col {j}" + (" (start)" if (i, j) == start_cell
+                                                                                 else "") for i, j in land),
+                                               help="a view setting: no retraining"),
+                          default=f"{start_cell[0]},{start_cell[1]}")
 cell = tuple(int(v) for v in cell_at.split(","))
 K = res.pred_dist.shape[-1]
 

@@ -182,54 +182,59 @@ if masks:
                    "are played. Experts are numbered per seed, so the bars average unrelated experts; the claim "
                    "averages over seeds and over which expert is pruned. Mean combine mass per expert: "
                    + "; ".join(", ".join(f"{v:.2f}" for v in row) for row in mk["mass"]))
-        n_seed, n_exp = mk["mass"].shape
+        rows = [dict(seed=i, pruned=lab, success=v) for i in range(len(mk["base"]))
+                for lab, v in zip(labels, np.r_[mk["base"][i], mk["masked"][i]])]
+        download.download_csv(pd.DataFrame(rows), f"softmoe_masking_{pruned}.csv")
+    # below the two columns above (the left one holds only the parameter chart): expert usage beside the verdict
+    c7, c8 = st.columns(2)
+    n_seed, n_exp = mk["mass"].shape
+    with c7:
         charts.show(charts.heatmap(mk["mass"], x=[f"expert {j}" for j in range(n_exp)],
-                                   y=[f"seed {i}" for i in range(n_seed)], zmin=0, zmax=max(0.5, float(mk["mass"].max())),
+                                   y=[f"seed {i}" for i in range(n_seed)], zmin=0,
+                                   zmax=max(0.5, float(mk["mass"].max())),
                                    title=f"Expert usage: mean combine mass per expert ({how} SoftMoE-4)",
                                    colorbar_title="mass", height=220 + 20 * n_seed), key="usage")
         download.download_csv(download.matrix_frame(mk["mass"], "seed", "expert", "combine_mass"),
                               f"softmoe_expert_usage_{pruned}.csv", key="dl-softmoe-usage")
-        if pruned == "rl":
-            verdict = "within" if m["rl_mask_worst_drop"] <= eng.PRUNE_BAR else "above"
-            _n_exp = mk["masked"].shape[1]
-            st.info(
-                f"On the RL-trained weights pruning the costliest expert of each seed lowers greedy success from "
-                f"{m['rl_mask_base_success']:.2f} by {m['rl_mask_worst_drop']:.2f} on average over the seeds (per seed: "
-                + ", ".join(f"{d:.2f}" for d in mk["worst_drop"]) + f"), {verdict} the spec's {eng.PRUNE_BAR:g} for the worst "
-                f"case, so by that reading the experts are {'not ' if m['rl_mask_worst_drop'] > eng.PRUNE_BAR else ''}"
-                f"redundant. A random single expert costs only {m['rl_mask_mean_drop']:.2f} on average (all seeds "
-                f"and experts), and pruning one of the other {_n_exp - 1} experts of a seed costs "
-                f"{m['rl_mask_other_drop']:.2f} on average: the "
-                "cost sits in one expert per seed. On the regression-trained weights "
-                "(choose them above) the worst case is "
-                + (f"{m['mask_worst_drop']:.2f}." if "mask_worst_drop" in m else "not available."))
-        elif m["mask_worst_drop"] > eng.PRUNE_BAR:
-            st.info(
-                "Not reproduced on these weights, and not an artefact of the 0/1 success metric. Pruning one expert "
-                f"lowers greedy success from {m['mask_base_success']:.2f} by {m['mask_mean_drop']:.2f} on average "
-                f"(the worst expert per seed costs {m['mask_worst_drop']:.2f}; per seed: "
-                + ", ".join(f"{d:.2f}" for d in mk["worst_drop"]) + "), and the Q-error to Q* over all states rises "
-                f"from {m['mask_mse_base']:.2f} to {m['mask_mse_pruned']:.2f} (predicting 0 everywhere scores "
-                f"{m['mask_mse_zero']:.2f}). The experts are all *used* about equally (combine mass per expert "
-                f"{mk['mass'].min():.2f}–{mk['mass'].max():.2f}, no specialisation in usage), but they are not interchangeable: their slot outputs are "
-                f"large and cancel in the mixture (output tokens are {mk['cancel'].mean():.2f}× the norm of the "
-                f"slot outputs; mean cosine between experts' outputs {mk['expert_cos'].mean():.2f}), so removing "
-                f"one moves the output tokens by {m['mask_out_change']:.1f}× their own norm: a "
-                f"{eng.TRAIN_STEPS}-step regression head on a toy task co-adapts its four experts.")
-        if "paper_single_expert_success_drop" in m:
-            st.markdown(
-                "**The paper's own redundancy measure.** As far as we can tell from the paper and its public code, "
-                "it never prunes experts of a trained agent: it trains networks from scratch with the experts' role changed and compares final performance "
-                "(slots per expert raised to the number of tokens, 1/2/4/8 experts, and one scaled expert against "
-                "SoftMoE-4). That last comparison, on the shipped regression curves (greedy success, last 10 %, "
-                f"{eng.TRAIN_SEEDS} seeds): SoftMoE-4 {m['final_success_softmoe4_per_conv']:.2f}, one 4× wide "
-                f"expert {m['final_success_softmoe1_per_conv_scaled']:.2f}, a drop of "
-                f"**{m['paper_single_expert_success_drop']:.2f}** (the pruning badge's bound is {eng.PRUNE_BAR:g}). On the "
-                "online-RL curves the same comparison, in return, is a badge of its own. The pruning badge is the "
-                "spec's stricter test and is kept as specified.")
-        rows = [dict(seed=i, pruned=lab, success=v) for i in range(len(mk["base"]))
-                for lab, v in zip(labels, np.r_[mk["base"][i], mk["masked"][i]])]
-        download.download_csv(pd.DataFrame(rows), f"softmoe_masking_{pruned}.csv")
+    verdict_box = c8.container()
+    if pruned == "rl":
+        verdict = "within" if m["rl_mask_worst_drop"] <= eng.PRUNE_BAR else "above"
+        _n_exp = mk["masked"].shape[1]
+        verdict_box.info(
+            f"On the RL-trained weights pruning the costliest expert of each seed lowers greedy success from "
+            f"{m['rl_mask_base_success']:.2f} by {m['rl_mask_worst_drop']:.2f} on average over the seeds (per seed: "
+            + ", ".join(f"{d:.2f}" for d in mk["worst_drop"]) + f"), {verdict} the spec's {eng.PRUNE_BAR:g} for the worst "
+            f"case, so by that reading the experts are {'not ' if m['rl_mask_worst_drop'] > eng.PRUNE_BAR else ''}"
+            f"redundant. A random single expert costs only {m['rl_mask_mean_drop']:.2f} on average (all seeds "
+            f"and experts), and pruning one of the other {_n_exp - 1} experts of a seed costs "
+            f"{m['rl_mask_other_drop']:.2f} on average: the "
+            "cost sits in one expert per seed. On the regression-trained weights "
+            "(choose them above) the worst case is "
+            + (f"{m['mask_worst_drop']:.2f}." if "mask_worst_drop" in m else "not available."))
+    elif m["mask_worst_drop"] > eng.PRUNE_BAR:
+        verdict_box.info(
+            "Not reproduced on these weights, and not an artefact of the 0/1 success metric. Pruning one expert "
+            f"lowers greedy success from {m['mask_base_success']:.2f} by {m['mask_mean_drop']:.2f} on average "
+            f"(the worst expert per seed costs {m['mask_worst_drop']:.2f}; per seed: "
+            + ", ".join(f"{d:.2f}" for d in mk["worst_drop"]) + "), and the Q-error to Q* over all states rises "
+            f"from {m['mask_mse_base']:.2f} to {m['mask_mse_pruned']:.2f} (predicting 0 everywhere scores "
+            f"{m['mask_mse_zero']:.2f}). The experts are all *used* about equally (combine mass per expert "
+            f"{mk['mass'].min():.2f}–{mk['mass'].max():.2f}, no specialisation in usage), but they are not interchangeable: their slot outputs are "
+            f"large and cancel in the mixture (output tokens are {mk['cancel'].mean():.2f}× the norm of the "
+            f"slot outputs; mean cosine between experts' outputs {mk['expert_cos'].mean():.2f}), so removing "
+            f"one moves the output tokens by {m['mask_out_change']:.1f}× their own norm: a "
+            f"{eng.TRAIN_STEPS}-step regression head on a toy task co-adapts its four experts.")
+    if "paper_single_expert_success_drop" in m:
+        st.markdown(
+            "**The paper's own redundancy measure.** As far as we can tell from the paper and its public code, "
+            "it never prunes experts of a trained agent: it trains networks from scratch with the experts' role changed and compares final performance "
+            "(slots per expert raised to the number of tokens, 1/2/4/8 experts, and one scaled expert against "
+            "SoftMoE-4). That last comparison, on the shipped regression curves (greedy success, last 10 %, "
+            f"{eng.TRAIN_SEEDS} seeds): SoftMoE-4 {m['final_success_softmoe4_per_conv']:.2f}, one 4× wide "
+            f"expert {m['final_success_softmoe1_per_conv_scaled']:.2f}, a drop of "
+            f"**{m['paper_single_expert_success_drop']:.2f}** (the pruning badge's bound is {eng.PRUNE_BAR:g}). On the "
+            "online-RL curves the same comparison, in return, is a badge of its own. The pruning badge is the "
+            "spec's stricter test and is kept as specified.")
 
 # 6. live training
 st.subheader(f"Live training: {eng.LABELS.get(res.live['arch'], 'SoftMoE-n, per-conv tokens')}")
