@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import plotly.colors as pcolors
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -83,11 +84,19 @@ if res.views_example:
 
 left, right = st.columns(2)
 y = res.labels
+# a class is a category, not a quantity: one trace and one distinct colour per class (on a continuous scale
+# neighbouring class numbers got nearly the same colour)
+CLASS_COLOURS = pcolors.qualitative.D3 if len(np.unique(y)) <= 10 else pcolors.qualitative.Alphabet
 for col, xy, title, key in ((left, res.embed2d_raw, "Both raw views (PCA), coloured by true class", "raw"),
                             (right, res.embed2d, "COPER's fused embedding (PCA), coloured by true class", "emb")):
-    fig = charts.scatter(xy[:, 0], xy[:, 1], color=y, colorscale="Turbo", title=title, size=5,
-                         xlabel="PC 1", ylabel="PC 2")
-    fig.update_traces(marker_colorbar=dict(title="class", dtick=1))   # the colour is a class index, not a quantity
+    fig = go.Figure()
+    for i, c in enumerate(np.unique(y)):
+        pick = y == c
+        fig.add_trace(go.Scatter(x=xy[pick, 0], y=xy[pick, 1], mode="markers", name=f"class {c}",
+                                 marker=dict(size=5, color=CLASS_COLOURS[i % len(CLASS_COLOURS)])))
+    charts.themed(fig, title, 400)
+    fig.update_xaxes(title="PC 1")
+    fig.update_yaxes(title="PC 2")
     with col:
         charts.show(fig, key=key)
 download.download_csv(pd.DataFrame({"class": y, "coper_cluster": res.pred, "raw_pc1": res.embed2d_raw[:, 0],
