@@ -69,13 +69,17 @@ c1, c2 = st.columns(2)
 with c1:
     mem = res.membership
     fig = go.Figure()
-    for name, sel, color in (("member", mem, charts.COLORS[1]), ("non-member", ~mem, charts.COLORS[0])):
-        fig.add_trace(go.Scatter(x=res.desc_white[sel, 0], y=res.desc_white[sel, 1], mode="markers", name=name,
-                                 marker=dict(color=color, size=7,
-                                             symbol=np.where(res.pred_white[sel], "circle", "x"))))
+    # colour: the truth; symbol: the attack's call. One trace per pair, so each legend entry shows its own symbol
+    # (a trace with mixed symbols shows only its first point's in the legend)
+    for name, truth, color in (("member", mem, charts.COLORS[1]), ("non-member", ~mem, charts.COLORS[0])):
+        for called, symbol in ((True, "circle"), (False, "x")):
+            sel = truth & (res.pred_white == called)
+            fig.add_trace(go.Scatter(x=res.desc_white[sel, 0], y=res.desc_white[sel, 1], mode="markers",
+                                     name=f"{name}, called {'member' if called else 'non-member'} ({int(sel.sum())})",
+                                     marker=dict(color=color, size=7, symbol=symbol)))
     fig.update_xaxes(title="log(mean distance Δ̄ + ε)")
     fig.update_yaxes(title="mean steps to fit / max steps")
-    charts.show(charts.themed(fig, "White-box descriptors (● predicted member, × predicted non-member)", 400),
+    charts.show(charts.themed(fig, "White-box descriptors (colour: true membership; ● called member, × called non-member)", 400),
                 key="scatter")
     download.download_csv(pd.DataFrame({"log_dbar": res.desc_white[:, 0], "sbar": res.desc_white[:, 1],
                                         "member": mem, "predicted_member": res.pred_white}), "mia_descriptors.csv")

@@ -510,10 +510,17 @@ def test_page_scatter_roc_box_and_headline_follow_the_result(default_result):
                                              "black-box DocMIA (proxy)"))
     assert f"(AUC {loss:.3f}, vs {white:.3f} white-box and {black:.3f} black-box)" in info
 
+    # one trace per (truth, call): colour the truth, symbol the call, and every point exactly once
     pts = {d["name"]: d for d in figs["scatter"]["data"]}
-    for name, sel in (("member", r.membership), ("non-member", ~r.membership)):
-        np.testing.assert_allclose(values(pts[name]["x"]), r.desc_white[sel, 0])
-        assert list(pts[name]["marker"]["symbol"]) == ["circle" if p else "x" for p in r.pred_white[sel]]
+    assert len(pts) == 4
+    for name, truth in (("member", r.membership), ("non-member", ~r.membership)):
+        for called, symbol in ((True, "circle"), (False, "x")):
+            sel = truth & (r.pred_white == called)
+            d = pts[f"{name}, called {'member' if called else 'non-member'} ({int(sel.sum())})"]
+            np.testing.assert_allclose(values(d["x"]), r.desc_white[sel, 0])
+            np.testing.assert_allclose(values(d["y"]), r.desc_white[sel, 1])
+            assert d["marker"]["symbol"] == symbol
+    assert sum(len(values(d["x"])) for d in pts.values()) == len(r.membership)
 
     boxes = {d["name"]: values(d["y"]) for d in figs["box"]["data"]}
     np.testing.assert_allclose(boxes["members"], r.delta_pairs_member)
