@@ -203,15 +203,15 @@ download.download_csv(pd.DataFrame({"query": res.tp_query_ids,
                       "trackstar_per_query.csv")
 
 st.subheader(f"Top 10 for query #{cfg.query}: “{res.query_text}” → {res.answer_text}")
-st.caption("✅ marks a passage that states this query's fact. Sentences repeat in the corpus (distractors are drawn at "
+st.caption("✓ marks a passage that states this query's fact. Sentences repeat in the corpus (distractors are drawn at "
            "random with replacement, and a fact stated four times reuses one of its three templates), so one "
            "sentence can fill neighbouring ranks.")
 rows = []
 for r in res.table:
     rows.append({"rank": r["rank"],
-                 "BM25": ("✅ " if r["bm25 proponent"] else "") + r["bm25 passage"],
+                 "BM25": ("✓ " if r["bm25 proponent"] else "") + r["bm25 passage"],
                  "BM25 score": round(r["bm25 score"], 3),
-                 NAMES[cfg.method]: ("✅ " if r[f"{cfg.method} proponent"] else "") + r[f"{cfg.method} passage"],
+                 NAMES[cfg.method]: ("✓ " if r[f"{cfg.method} proponent"] else "") + r[f"{cfg.method} passage"],
                  f"{NAMES[cfg.method]} score": round(r[f"{cfg.method} score"], 4)})
 table = pd.DataFrame(rows)
 # a fixed number of decimals per score column, so the scores line up (rounding alone prints 11.01 under 11.707)

@@ -664,7 +664,7 @@ def _check_table(res, cfg, scores):
 
 
 def test_top10_table_follows_the_query_and_method_widgets(ckpt, default_result, default_scores, alt_result):
-    """The top-10 table for the picked query and method: passages, scores, ✅ marks and the heading's query text."""
+    """The top-10 table for the picked query and method: passages, scores, ✓ marks and the heading's query text."""
     _check_table(default_result, eng.Config(), default_scores)
     params, _, v, step, _ = ckpt
     alt_scores = eng.encodings(ALT_CONFIG, params, v, step)[0]
@@ -756,8 +756,8 @@ def test_page_with_another_method_draws_that_methods_numbers():
     table = next(d.value for d in at.dataframe if "BM25 score" in d.value.columns)
     assert len(table) == len(res.table)
     for shown, row in zip(table.to_dict("records"), res.table):
-        assert shown["BM25"] == ("✅ " if row["bm25 proponent"] else "") + row["bm25 passage"]
-        assert shown["+ Adam correction"] == ("✅ " if row["adam_cos proponent"] else "") + row["adam_cos passage"]
+        assert shown["BM25"] == ("✓ " if row["bm25 proponent"] else "") + row["bm25 passage"]
+        assert shown["+ Adam correction"] == ("✓ " if row["adam_cos proponent"] else "") + row["adam_cos passage"]
     assert any(r["bm25 proponent"] != r["adam_cos proponent"] for r in res.table)
 
     # tail-patch bars: each method's mean over the sampled queries of its per-query gain
