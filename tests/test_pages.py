@@ -9,11 +9,13 @@ to the defaults with a visible notice. New pages get all of this by registering.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import io
 import json
 import os
 import random
+import re
 
 import pandas as pd
 import pytest
@@ -308,6 +310,9 @@ def test_page_default_view(paper, monkeypatch):
     compute = [c.value for c in at.sidebar.caption if "Compute:" in c.value]
     uses = getattr(importlib.import_module(paper.module), "USES_DEVICE", False)
     assert compute == [":material/memory: Compute: " + ("CPU (forced by EXPLORER_FORCE_CPU)" if uses else "CPU")]
+    # under it, the time of this view's engine runs (every page runs its engine at the default view)
+    timer = [c.value for c in at.sidebar.caption if "Engine time for this view" in c.value]
+    assert len(timer) == 1 and re.search(r": \d+(\.\d+)? s[, ]", timer[0]), timer
     assert len(at.get("download_button")) == len(offered)
     _check_downloads(offered)
 
@@ -667,6 +672,28 @@ def _view_names(page_file) -> tuple[set, set]:
                     if kw.arg == "views":
                         declared |= {e.value for e in kw.value.elts}
     return used, declared
+
+
+def test_every_page_draws_its_device_line_before_its_first_engine_run():
+    """The sidebar's engine-time line is made by layout.device_indicator and filled by each engine run after it; a
+    run before it would go unreported. So every page calls device_indicator (after bind_config) before its first
+    run_cached / run_or_message / run_or_stop / run_on_upload."""
+    runs = {"run_cached", "run_or_message", "run_or_stop", "run_on_upload"}
+    wrong = {}
+    for p in BUILT:
+        calls = []
+        for node in ast.walk(ast.parse((ROOT / p.page).read_text())):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+                calls.append((node.lineno, name))
+        first = {n: min((ln for ln, m in calls if m == n), default=None)
+                 for n in ("bind_config", "device_indicator")}
+        first_run = min((ln for ln, m in calls if m in runs), default=None)
+        if None in first.values() or first_run is None or not (
+                first["bind_config"] < first["device_indicator"] < first_run):
+            wrong[p.slug] = (first, first_run)
+    assert not wrong, wrong
 
 
 def test_every_view_setting_is_declared_to_bind_config():
