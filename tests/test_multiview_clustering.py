@@ -340,8 +340,15 @@ def test_page_scores_colours_and_confusion_follow_the_result(default_result):
     assert tiles["NMI, no permutations"] == f"{abl['NMI']:.3f}"
     assert tiles["ACC, no permutations"] == f"{abl['ACC']:.3f}"
 
-    for key in ("raw", "emb"):
-        np.testing.assert_array_equal(values(figs[key][0]["marker"]["color"]), y)
+    # one trace per true class, each with its own colour, holding exactly that class's points
+    for key, xy in (("raw", res.embed2d_raw), ("emb", res.embed2d)):
+        traces = {t["name"]: t for t in figs[key]}
+        classes = np.unique(y)
+        assert set(traces) == {f"class {c}" for c in classes}
+        for c in classes:
+            np.testing.assert_allclose(values(traces[f"class {c}"]["x"]), xy[y == c, 0])
+            np.testing.assert_allclose(values(traces[f"class {c}"]["y"]), xy[y == c, 1])
+        assert len({t["marker"]["color"] for t in traces.values()}) == len(classes)
 
     train = {t["name"]: values(t["y"]) for t in figs["train"] if t.get("name")}
     np.testing.assert_allclose(train["share of samples with a pseudo-label"], res.history["labelled"])

@@ -621,10 +621,14 @@ def test_page_histograms_bands_and_success_caption_follow_the_result(res):
               (str(members[k][0]) if len(members[k]) == 1 else f"{members[k][0]}–{members[k][-1]}") for k in range(K)]
 
     land = [(i, j) for i in range(res.water.shape[0]) for j in range(res.water.shape[1]) if not res.water[i, j]]
+    # the histogram opens on the map's start cell, where every episode begins
+    start = eng.parse_map(cfg.grid)[1]
+    assert at.selectbox(key="safety-representations:cell").value == f"{start[0]},{start[1]}"
     bars = {t["name"]: t for t in ch["hist"]}
     assert list(bars["S2C prediction"]["x"]) == labels
-    np.testing.assert_allclose(values(bars["S2C prediction"]["y"]), res.pred_dist[land[0]])
-    np.testing.assert_allclose(values(bars["exact"]["y"]), res.exact_dist[land[0]])
+    np.testing.assert_allclose(values(bars["S2C prediction"]["y"]), res.pred_dist[start])
+    np.testing.assert_allclose(values(bars["exact"]["y"]), res.exact_dist[start])
+    assert np.any(res.exact_dist[start][:-1] > 0)      # near enough to a hazard that not all mass is in "≥ K"
 
     near = [k for k in range(K - 1) if members[k] and members[k][0] <= 2]
     for key, dist in (("pred", res.pred_dist), ("exact", res.exact_dist)):
@@ -648,6 +652,7 @@ def test_page_histograms_bands_and_success_caption_follow_the_result(res):
 
     # the picked cell is a view setting bound to the URL: a link with it opens on that cell's histogram
     other = land[5]
+    assert other != start
     at = open_page("safety_representations", {"cell": f"{other[0]},{other[1]}"},
                    seed=(("engine.safety_representations", eng.Config(), res),))
     assert at.selectbox(key="safety-representations:cell").value == f"{other[0]},{other[1]}"
