@@ -412,6 +412,8 @@ def run(config: Config, progress=None) -> Result:
         "median_helstrom": float(np.median(helstrom)),
         "sweep_median_first": float(med[0]), "sweep_min_increment": float(np.diff(med).min()),
         "sweep_min_cv": float(cv.min()),
+        # how far the per-gate bound sits below the paper's, at most, relative to it (sin x < x)
+        "max_b2_shortfall": float(np.max(1 - b2 / np.maximum(b1, 1e-300))),
     }
     report(progress, 1.0, "done")
     return Result(config=config, n_params=2 * n * layers, c=c, b1=b1, b2=b2, helstrom=helstrom, sweep_p=sweep_p,

@@ -461,3 +461,14 @@ def test_page_pairs_each_bound_and_probability_with_its_own_sample(default_resul
     for n, v in zip(bar["x"], values(bar["y"])):
         assert v == pytest.approx(res.t_distance[names.index(n)])
     assert len(bar["x"]) == int(np.sum(~np.isnan(res.t_distance)))
+
+
+def test_b2_shortfall_stays_inside_the_sine_series_bound(default_result, small_uniform):
+    """B₂ = Σ sin(|δ|/2) falls below B₁ = Σ |δ|/2 by at most the series remainder: sin(x)/x ≥ 1 − x²/6, so with every
+    |δ_j| ≤ ε the relative shortfall is at most ε²/24 (and never negative). The page's caption quotes this metric."""
+    for res in (default_result, small_uniform):
+        eps = res.config.epsilon
+        short = res.metrics["max_b2_shortfall"]
+        assert short == pytest.approx(float(np.max(1 - res.b2 / res.b1)))
+        assert 0 <= short <= eps ** 2 / 24 + 1e-12
+    assert small_uniform.metrics["max_b2_shortfall"] > 10 * default_result.metrics["max_b2_shortfall"]
