@@ -543,6 +543,9 @@ def checkpoint_path(kind: str):
     return asset_path(f"{SLUG}/{kind}.pt")
 
 
+TRAIN_TAIL = 5   # training-curve points averaged for "where the curve ends"
+
+
 def load_agent(kind: str) -> tuple[BlendAgent, dict]:
     path = checkpoint_path(kind)
     if not path.exists():
@@ -589,6 +592,8 @@ def run(config: Config, progress=None) -> Result:
         beta_near=table["blend"]["standard"]["beta_near"], beta_far=table["blend"]["standard"]["beta_far"],
     )
     m["progress_neural"] = table["neural"]["standard"]["progress"]
+    for k, c in curves.items():      # where each training curve ends (random-start training episodes)
+        m[f"train_ret_tail_{k}"] = float(np.mean(c["ret"][-TRAIN_TAIL:]))
     m["margin"] = m["succ_blend"] - max(m["succ_neural"], m["succ_logic"])
     for k in ("blend", "neural"):
         for q in ("success", "progress"):

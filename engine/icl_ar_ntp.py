@@ -691,7 +691,10 @@ def _metrics(res: Result) -> dict[str, float]:
             "dist_mix_K2": float(res.grid_dist_mix.mean(0)[i2]),
             "dist_ridge_K64": float(res.grid_dist_ridge.mean(0)[i64]),
             "dist_mix_K64": float(res.grid_dist_mix.mean(0)[i64]),
+            "unseen_Kmax": float(u[-1]), "train_Kmax": float(res.grid_train.mean(0)[-1]),
         })
+        if res.fixed_n_grid:     # the fixed-N grid at the largest K, seed mean
+            m.update({f"fixed_{k}_Kmax": float(res.fixed_n_grid[k].mean(0)[-1]) for k in ("unseen", "seen", "train")})
     return m
 
 

@@ -92,6 +92,12 @@ class Result:
     sweep_m: np.ndarray = field(default_factory=lambda: np.zeros(0))
     sweep_omf: np.ndarray = field(default_factory=lambda: np.zeros(0))
     sweep_fail: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # realism metrics (table keys) where DPA-OMF is more than WORSE_FACTOR x the pre-trained reference
+    worse_than_reference: list = field(default_factory=list)
+
+
+REALISM_KEYS = ("collision", "offroad", "omf", "w1_speed", "w1_accel")   # the realism table's metrics
+WORSE_FACTOR = 1.1
 
 
 # ------------------------------------------------------------------ scenes and expert (numpy)
@@ -712,8 +718,10 @@ def run(config: Config, progress=None) -> Result:
         adv = table["adversarial"]
         met.update(adv_failure=adv["failure"], adv_omf=adv["omf"], omf_gap=adv["omf"] - dpa_t["omf"],
                    fail_gap=adv["failure"] + 0.01 - dpa_t["failure"])
+    # lower is better for every realism metric; a cost of alignment that no badge sees is reported on the page
+    worse = [k for k in REALISM_KEYS if dpa_t[k] > WORSE_FACTOR * ref_t[k] + 1e-12]
     report(progress, 1.0, "done")
-    return Result(metrics=met, table=table, errors=errors, view_states=vs, view_events=ve,
+    return Result(metrics=met, table=table, errors=errors, worse_than_reference=worse, view_states=vs, view_events=ve,
                   rank_states=S_np.reshape(M, K, HORIZON + 1, N_AGENTS, 3)[s0, rank[s0]].astype(np.float32),
                   rank_events=(coll | off).reshape(M, K, HORIZON + 1, N_AGENTS)[s0, rank[s0]],
                   rank_dist=d[s0, rank[s0]], rank_expert=exp_states[s0].astype(np.float32),

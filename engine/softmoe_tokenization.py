@@ -532,6 +532,9 @@ def load_shipped(name: str = "curves.npz"):
     return {k: z[k] for k in z.files}
 
 
+EARLY_STEP = 20000   # the page quotes the shipped online-RL curves here, well before their end
+
+
 def load_shipped_rl():
     """Online-RL curves written by ``train-rl``, or None."""
     return load_shipped("curves_rl.npz")
@@ -678,6 +681,9 @@ def run(config: Config, progress=None) -> Result:
             metrics[prefix + "mse_pruned"] = float(mk["mse_masked"].mean())
             metrics[prefix + "out_change"] = float(mk["out_change"].mean())
             metrics[prefix + "mse_zero"] = mk["mse_zero"]
+            metrics[prefix + "cancel"] = float(mk["cancel"].mean())
+            metrics[prefix + "expert_cos"] = float(mk["expert_cos"].mean())
+            metrics[prefix + "mass_min"], metrics[prefix + "mass_max"] = float(mk["mass"].min()), float(mk["mass"].max())
     if shipped_rl is not None:
         # return of a greedy game is +1 or -1, so the mean greedy return is 2 * success - 1
         suc_rl = final_stats(shipped_rl, "success")
@@ -686,6 +692,10 @@ def run(config: Config, progress=None) -> Result:
         r4, r1 = 2 * suc_rl["softmoe4_per_conv"] - 1, 2 * suc_rl["softmoe1_per_conv_scaled"] - 1
         metrics["rl_single_expert_return_gap"] = r4 - r1
         metrics["rl_tokenised_min_return"] = min(r4, r1)
+        # the curves part-way through (the evaluation closest to EARLY_STEP), mean over seeds
+        k = int(np.argmin(np.abs(shipped_rl["step"] - EARLY_STEP)))
+        metrics["rl_early_step"] = float(shipped_rl["step"][k])
+        metrics.update({f"rl_early_success_{a}": float(shipped_rl[f"{a}_success"][:, k].mean()) for a in ARCHS})
     if config.live_mode == "regression":
         metrics["live_final_mse"] = float(curve["test_mse"][-1])
     metrics["live_final_success"] = float(curve["success"][-1])

@@ -144,14 +144,13 @@ for col, (k, lab) in zip(cells, items):
         charts.show(charts.bars(methods, [res.table[n][k] for n in methods], title=lab,
                                 errors=[res.errors[n][k] for n in methods],
                                 colors=[COL[n] for n in methods], height=320), key=f"bar_{k}")
-# where alignment made a metric worse than the pre-trained reference (lower is better for all five), say so
-aligned = next((n for n in methods if n not in ("reference", "adversarial")), None)
-worse = [f"{lab} {res.table[aligned][k]:.3g} vs the reference's {res.table['reference'][k]:.3g}"
-         for k, lab in labels.items() if aligned and "reference" in res.table
-         and res.table[aligned][k] > 1.1 * res.table["reference"][k] + 1e-12]
+# where alignment made a metric worse than the pre-trained reference, the engine lists it; say so
+aligned = "DPA-OMF"
+worse = [f"{labels[k]} {res.table[aligned][k]:.3g} vs the reference's {res.table['reference'][k]:.3g}"
+         for k in res.worse_than_reference]
 st.caption("Error bars: bootstrap standard deviation over held-out scenes (none for the pooled W1 distances). "
            "Collision/off-road rates and W1 distances are computed without the preference distance."
-           + (f" Not every metric improves on this run: {aligned} is more than 10 % worse than the pre-trained "
+           + (f" Not every metric improves on this run: {aligned} is more than {100 * (eng.WORSE_FACTOR - 1):.0f} % worse than the pre-trained "
               "reference on " + "; ".join(worse) + ". The badges measure failures and the occupancy distance, as "
               "the spec asks; this is a cost they do not see." if worse else ""))
 download.download_csv(pd.DataFrame([{"method": n, **res.table[n], **{f"{k}_se": v for k, v in res.errors[n].items()}}

@@ -114,12 +114,14 @@ if mode in ("both", "evaluation"):
 
     fin = pd.DataFrame([{"variant": k, "seed": s, "final RMSE": float(v[s])} for k, v in res.final.items()
                         for s in range(len(v))])
-    med = fin.groupby("variant", sort=False)["final RMSE"].median()
-    fig = charts.bars(list(med.index), list(med.values), title="Final on-policy RMSE: median over seeds (bars), each seed "
-                      "(dots)", ylabel="RMSE", colors=charts.COLORS[:len(med)])
-    fig.data[0].showlegend = False       # the bars are named on the x axis; an unnamed legend entry read "trace 0"
-    fig.add_trace(go.Scatter(x=fin["variant"], y=fin["final RMSE"], mode="markers", name="seeds", showlegend=False,
-                             marker=dict(color="#222222", size=7, symbol="circle-open")))
+    med = res.final_median
+    # each median is written under its bar's name rather than on the bar, where a seed's dot could cover it
+    tick = {k: f"{k}<br>median {v:.3g}" for k, v in med.items()}
+    fig = charts.bars(list(tick.values()), list(med.values()), title="Final on-policy RMSE: median over seeds (bars), "
+                      "each seed (dots)", ylabel="RMSE", colors=charts.COLORS[:len(med)])
+    fig.update_traces(selector=dict(type="bar"), showlegend=False, text=None)   # no unnamed "trace 0" in a legend
+    fig.add_trace(go.Scatter(x=fin["variant"].map(tick), y=fin["final RMSE"], mode="markers", name="seeds",
+                             showlegend=False, marker=dict(color="#222222", size=7, symbol="circle-open")))
     charts.show(fig, key="final")
     download.download_csv(fin.assign(**{"median final RMSE (variant)": fin["variant"].map(med)}), "mad_td_final.csv")
 

@@ -178,7 +178,7 @@ with left:
                                colorbar_title="recovery", height=340), key="head-heat")
 with right:
     ks = np.arange(1, len(res.topk_curve) + 1)
-    random_point = np.where(ks == int(m["k"]), res.random_k.mean(), np.nan)
+    random_point = np.where(ks == int(m["k"]), m["random_k_recovery_mean"], np.nan)
     charts.show(charts.lines(ks, {"top heads, patched together": res.topk_curve,
                                   "same heads, fresh pairs": res.topk_curve_fresh,
                                   f"{int(m['k'])} random heads (mean)": random_point},

@@ -130,8 +130,8 @@ download.download_csv(pd.DataFrame({"window_centre_step": res.succ_x, **{f"succe
                                                                           for v in res.variants}}),
                       "success_rate.csv", key="dl_succ")
 st.caption("Greedy success after training (200 episodes, seed mean): " + ", ".join(
-    f"{names[v]} {res.eval_success[v].mean():.2f}" for v in res.variants) + ". Violations over training "
-    "(seed mean): " + ", ".join(f"{names[v]} {res.final_cost[v].mean():.0f}" for v in res.variants) + ".")
+    f"{names[v]} {res.metrics[f'success_{v}']:.2f}" for v in res.variants) + ". Violations over training "
+    "(seed mean): " + ", ".join(f"{names[v]} {res.metrics[f'cost_{v}']:.0f}" for v in res.variants) + ".")
 
 st.subheader("What the safety representation sees (SRPL, first training seed)")
 near = lambda d: np.where(res.water, np.nan, d[..., : max(1, min(d.shape[-1] - 1, 2 // cfg.bin_size))].sum(-1))  # noqa: E731

@@ -105,7 +105,6 @@ if res.shipped_rl is not None:
     charts.show(fig, key="shipped_rl")
     download.download_csv(_seed_table(sr, ("success", "train_reward"), "env_steps"), "softmoe_shipped_rl_curves.csv")
     m = res.metrics
-    k20 = int(np.argmin(np.abs(sr["step"] - 20000)))
     st.caption(
         f"`python -m engine.softmoe_tokenization train-rl`: every head learns by online RL "
         f"({eng.RL_TRAIN_STEPS:,} game steps per seed, the live run's learner), the spec's setting for these "
@@ -114,8 +113,8 @@ if res.shipped_rl is not None:
         + ". By the end every head has all but solved this small game, so the two badges on these curves show "
           "that the tokenised heads learn it from rewards and that one scaled expert does as well as four; they "
           "cannot show the paper's gain over the dense head, which comes with scale (Atari, millions of frames). "
-          f"Earlier the per-conv heads lag: at {int(sr['step'][k20]):,} steps the mean success is "
-          + ", ".join(f"{eng.LABELS[a]} {sr[f'{a}_success'][:, k20].mean():.2f}" for a in eng.ARCHS) + ".")
+          f"Earlier the per-conv heads lag: at {int(m['rl_early_step']):,} steps the mean success is "
+          + ", ".join(f"{eng.LABELS[a]} {m[f'rl_early_success_{a}']:.2f}" for a in eng.ARCHS) + ".")
 
 # 2-3. anatomy
 st.subheader("Anatomy: one observation through a SoftMoE")
@@ -185,10 +184,10 @@ if masks:
         rows = [dict(seed=i, pruned=lab, success=v) for i in range(len(mk["base"]))
                 for lab, v in zip(labels, np.r_[mk["base"][i], mk["masked"][i]])]
         download.download_csv(pd.DataFrame(rows), f"softmoe_masking_{pruned}.csv")
-    # below the two columns above (the left one holds only the parameter chart): expert usage beside the verdict
-    c7, c8 = st.columns(2)
+    # expert usage under the parameter chart, so the left column is about as tall as the right one; the verdict
+    # below both, full width
     n_seed, n_exp = mk["mass"].shape
-    with c7:
+    with c5:
         charts.show(charts.heatmap(mk["mass"], x=[f"expert {j}" for j in range(n_exp)],
                                    y=[f"seed {i}" for i in range(n_seed)], zmin=0,
                                    zmax=max(0.5, float(mk["mass"].max())),
@@ -196,7 +195,7 @@ if masks:
                                    colorbar_title="mass", height=220 + 20 * n_seed), key="usage")
         download.download_csv(download.matrix_frame(mk["mass"], "seed", "expert", "combine_mass"),
                               f"softmoe_expert_usage_{pruned}.csv", key="dl-softmoe-usage")
-    verdict_box = c8.container()
+    verdict_box = st.container()
     if pruned == "rl":
         verdict = "within" if m["rl_mask_worst_drop"] <= eng.PRUNE_BAR else "above"
         _n_exp = mk["masked"].shape[1]
@@ -219,9 +218,10 @@ if masks:
             + ", ".join(f"{d:.2f}" for d in mk["worst_drop"]) + "), and the Q-error to Q* over all states rises "
             f"from {m['mask_mse_base']:.2f} to {m['mask_mse_pruned']:.2f} (predicting 0 everywhere scores "
             f"{m['mask_mse_zero']:.2f}). The experts are all *used* about equally (combine mass per expert "
-            f"{mk['mass'].min():.2f}–{mk['mass'].max():.2f}, no specialisation in usage), but they are not interchangeable: their slot outputs are "
-            f"large and cancel in the mixture (output tokens are {mk['cancel'].mean():.2f}× the norm of the "
-            f"slot outputs; mean cosine between experts' outputs {mk['expert_cos'].mean():.2f}), so removing "
+            f"{m['mask_mass_min']:.2f}–{m['mask_mass_max']:.2f}, no specialisation in usage), but they are not "
+            "interchangeable: their slot outputs are "
+            f"large and cancel in the mixture (output tokens are {m['mask_cancel']:.2f}× the norm of the "
+            f"slot outputs; mean cosine between experts' outputs {m['mask_expert_cos']:.2f}), so removing "
             f"one moves the output tokens by {m['mask_out_change']:.1f}× their own norm: a "
             f"{eng.TRAIN_STEPS}-step regression head on a toy task co-adapts its four experts.")
     if "paper_single_expert_success_drop" in m:

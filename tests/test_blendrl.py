@@ -653,6 +653,11 @@ def test_page_charts_put_each_agents_numbers_under_its_name(default_page, defaul
     curves = {d["name"]: d for d in figs["curves"]["data"]}
     for a, c in default_result.curves.items():
         np.testing.assert_allclose(values(curves[a]["y"]), c["ret"], err_msg=a)
+    # the caption under the curves quotes where each ends: the mean of its last five points, read off the curve
+    cap = next(c.value for c in at.caption if c.value.startswith("These are training episodes"))
+    for a, c in default_result.curves.items():
+        assert f"{a} {np.mean(c['ret'][-5:]):.2f}" in cap, a
+    assert "mean of the last 5 points" in cap
     # the gate map: rows are the ball's column, columns the agent's (the engine's beta_map[ball, agent])
     hm = figs["beta_map"]
     np.testing.assert_allclose(values(hm["data"][0]["z"]), default_result.beta_map)

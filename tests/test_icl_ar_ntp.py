@@ -368,6 +368,16 @@ def test_fixed_n_entries_are_the_fixed_n_models_errors(fx):
     assert fx.fixed_n_grid["train"][0, ki] == pytest.approx(tr, rel=1e-12)
 
 
+def test_page_fixed_n_caption_quotes_both_grids_at_the_largest_k(fx):
+    """With the fixed-N grid on, the caption compares the two grids at the largest K (seed means of the arrays)."""
+    at = open_page("icl_ar_ntp", {"fixed_n": "true"}, seed=(("engine.icl_ar_ntp", eng.Config(fixed_n=True), fx),))
+    cap = next(c.value for c in at.caption if c.value.startswith("Fixed-N grid"))
+    Kmax = int(eng.GRID_K[-1])
+    assert (f"Unseen-topic error at K = {Kmax}: {fx.fixed_n_grid['unseen'].mean(0)[-1]:.3f} with fixed N vs "
+            f"{fx.grid_unseen.mean(0)[-1]:.3f} compute-matched; training error "
+            f"{fx.fixed_n_grid['train'].mean(0)[-1]:.3f} vs {fx.grid_train.mean(0)[-1]:.3f}.") in cap
+
+
 def test_headline_metrics_are_the_grid_points_their_labels_name(res):
     """Each badge's number from the grid arrays, located by the K value and the prompt length t its label names."""
     from scipy.stats import spearmanr

@@ -528,3 +528,9 @@ def test_page_scene_view_ranked_colours_and_realism_bars(default_result):
     caps = " ".join(c.value for c in at.caption)
     assert (f"the distance still prefers the clean rollout in {m['agreement_control']:.0%} of mixed pairs "
             f"(vs {m['agreement']:.0%} with the scene's own log)") in caps
+    # realism metrics where alignment costs more than 10 %, named under the bars (lower is better for all five)
+    ref, dpa = r.table["reference"], r.table["DPA-OMF"]
+    worse = [k for k in ("collision", "offroad", "omf", "w1_speed", "w1_accel") if dpa[k] > 1.1 * ref[k]]
+    assert r.worse_than_reference == worse and "w1_accel" in worse      # measured 0.199 vs 0.033 at the default
+    assert f"W1 acceleration (m/s²) {dpa['w1_accel']:.3g} vs the reference's {ref['w1_accel']:.3g}" in caps
+    assert "is more than 10 % worse than the pre-trained reference on" in caps

@@ -640,10 +640,11 @@ def test_page_shows_the_results_numbers(default_result):
     at = open_page("mad_td", seed=(("engine.mad_td", eng.Config(), default_result),))
 
     bars = _chart_traces(at, "final")[0]
-    assert list(bars[1]) == list(res.final)
+    tick = {k: f"{k}<br>median {np.median(v):.3g}" for k, v in res.final.items()}   # the median under each name
+    assert list(bars[1]) == list(tick.values())
     np.testing.assert_allclose(bars[2], [np.median(v) for v in res.final.values()], rtol=1e-9)
     dots = next(t for t in _chart_traces(at, "final") if t[0] == "seeds")
-    assert list(dots[1]) == [k for k, v in res.final.items() for _ in v]
+    assert list(dots[1]) == [tick[k] for k, v in res.final.items() for _ in v]
     np.testing.assert_allclose(dots[2], [x for v in res.final.values() for x in v], rtol=1e-9)
 
     for key, data in (("over", res.over), ("regret", res.regret)):
