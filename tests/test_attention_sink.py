@@ -607,3 +607,37 @@ def test_page_captions_quote_the_sink_heads_and_the_largest_excess(zoomed_page):
     pos = int(np.argmax(r.excess_orig)) + 1
     tok = r.tokens_orig[pos - 1]
     assert any(f"Largest excess: position {pos} ('{tok}', +{r.excess_orig.max():.2f}) as typed" in c for c in caps)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_training_sequences_follow_the_fixed_chain_whatever_the_seed():
+    """Every sequence the training loop draws (its pool and its snapshot sequences), at a seed other than the
+    chain's, follows the task's own bigram table bigram_table() (CHAIN_SEED) and the backcopy rule: transition
+    counts after three letters, chi-square against the table's rows, as in the sampler test."""
+    from scipy.stats import chisquare
+
+    drawn = []
+    real = eng.sample_sequences
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        drawn.append(out)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eng, "sample_sequences", spy)
+        eng.train(eng.Arch(d_model=16, n_layers=1, n_heads=2, ctx=32), 2, seed=1, pool_size=3000, batch=8)
+    assert drawn and drawn[0].shape == (3000, 33)
+    x = np.concatenate([d[:, :32] for d in drawn])
+    trig = eng.is_trigger(x[:, 1:-1])
+    np.testing.assert_array_equal(x[:, 2:][trig], x[:, :-2][trig])
+    P = eng.bigram_table()
+    prev, nxt = x[:, 1:-1][~trig], x[:, 2:][~trig]
+    for tok in (0, 5, 11):
+        obs = np.bincount(nxt[prev == tok], minlength=eng.N_DATA)
+        exp = P[tok] * obs.sum()
+        keep = exp > 5
+        f_obs = np.r_[obs[keep], obs[~keep].sum()]
+        f_exp = np.r_[exp[keep], exp[~keep].sum()]
+        assert chisquare(f_obs, f_exp).pvalue > 1e-4, tok

@@ -624,3 +624,106 @@ def test_training_size_widget_is_bound_to_the_url(small_train):
     assert at.query_params["n_train"] in ("300", ["300"])
     curves = {d["name"]: d for d in figures(at)["acc"]["data"]}
     np.testing.assert_allclose(values(curves["bilinear train"]["y"]), res.train_acc)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_both_classifiers_train_on_noisy_batches_with_one_optimiser_schedule():
+    """Spec steps 2 and 9: every training batch is x + σε (ε standard normal) over the rows the sampler drew,
+    the full-split accuracy passes see clean digits, and the bilinear layer and the ReLU baseline get the same
+    AdamW: weight decay = the widget's, the same number of steps, and per step the same cosine learning rate
+    lr · ½(1 + cos(π s / steps)). Recorded from the optimiser, the sampler and each model's
+    inputs."""
+    import engine.core.nn as nn_mod
+    from engine.core.data import digits_split
+
+    cfg = eng.Config(epochs=3, noise_std=0.5, weight_decay=0.3, relu_baseline=True)
+    Xtr, _, Xte, _ = digits_split(cfg.n_train, cfg.seed)
+    opts, drawn, seen = [], [], []
+
+    class Recorder(torch.optim.AdamW):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.lrs = []
+            opts.append(self)
+
+        def step(self, *args, **kwargs):
+            self.lrs.append(self.param_groups[0]["lr"])
+            return super().step(*args, **kwargs)
+
+    real_indices, real_build = nn_mod.batch_indices, eng._build
+
+    def spy_indices(n, batch, steps, generator=None):
+        out = real_indices(n, batch, steps, generator)
+        drawn.append(out)
+        return out
+
+    def spy_build(*args, **kwargs):
+        model = real_build(*args, **kwargs)
+        inputs = []
+        seen.append(inputs)
+        forward = model.forward
+        model.forward = lambda x: (inputs.append(x.detach().cpu().double().numpy()), forward(x))[1]
+        return model
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.optim, "AdamW", Recorder)
+        mp.setattr(nn_mod, "batch_indices", spy_indices)
+        mp.setattr(eng, "_build", spy_build)
+        eng.run(cfg)
+
+    steps = cfg.epochs * (cfg.n_train // cfg.batch)
+    assert len(opts) == 2 and len(drawn) == 2 and len(seen) == 2          # bilinear, then the ReLU baseline
+    want_lr = cfg.lr * 0.5 * (1 + np.cos(np.pi * np.arange(steps) / steps))
+    for opt in opts:
+        assert all(g["weight_decay"] == cfg.weight_decay for g in opt.param_groups)
+        np.testing.assert_allclose(opt.lrs, want_lr, rtol=1e-6, atol=1e-12)
+    for idx, inputs in zip(drawn, seen):
+        batches = [x for x in inputs if len(x) == cfg.batch]
+        full = [x for x in inputs if len(x) != cfg.batch][:2 * cfg.epochs]
+        assert len(batches) == steps == len(idx)
+        noise = np.concatenate([(x - Xtr[i.numpy()]).ravel() for x, i in zip(batches, idx)])
+        assert abs(noise.mean()) < 0.01 and noise.std() == pytest.approx(cfg.noise_std, rel=0.02)
+        for x in full:                                                      # the accuracy passes: no noise
+            assert np.array_equal(x, Xtr.astype(np.float64)) or np.array_equal(x, Xte.astype(np.float64))
+        assert len(full) == 2 * cfg.epochs
+
+
+def test_random_truncation_curve_is_a_seeded_permutation_per_class():
+    """The 'random' truncation order keeps, for each class separately, the first k entries of a seeded random
+    permutation of its eigencomponents (numpy's default_rng(seed + 99), one permutation per class): the
+    curve is that brute-force truncated readout's test accuracy, recomputed here from numpy's eigh of the
+    trained weights, and it lies well below the top-|λ| curve at k = 10."""
+    from engine.core.data import digits_split
+
+    kept = []
+    train = eng._train_classifier
+
+    def spy(*args, **kwargs):
+        out = train(*args, **kwargs)
+        kept.append(out[0])
+        return out
+
+    cfg = eng.Config(relu_baseline=False, epochs=15)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eng, "_train_classifier", spy)
+        res = eng.run(cfg)
+    model = kept[0]
+    E = model.embed.weight.detach().double().numpy()
+    W, V, P = (m.weight.detach().double().numpy() for m in (model.w, model.v, model.head))
+    B = np.einsum("ck,ki,kj->cij", P, W, V)
+    lam, U = np.linalg.eigh(0.5 * (B + np.swapaxes(B, 1, 2)))
+    lam, U = lam[:, ::-1], U[:, :, ::-1]                       # the engine's index order: largest λ first
+    _, _, Xte, yte = digits_split(cfg.n_train, cfg.seed)
+    parts = lam[None] * np.einsum("cdi,nd->nci", U, Xte.astype(np.float64) @ E.T) ** 2
+    C, d = lam.shape
+    rng = np.random.default_rng(cfg.seed + 99)
+    order = np.stack([rng.permutation(d) for _ in range(C)])
+    assert len({tuple(o[:10]) for o in order}) == C                          # each class draws its own subset
+    accs = []
+    for k in range(1, d + 1):
+        keep = np.zeros((C, d), dtype=bool)
+        np.put_along_axis(keep, order[:, :k], True, axis=1)
+        accs.append(np.mean(np.where(keep[None], parts, 0.0).sum(2).argmax(1) == yte))
+    np.testing.assert_allclose(res.trunc_acc["random"], accs, atol=1.5 / len(yte))
+    assert res.metrics["acc_random10"] < res.metrics["acc_top10"] - 0.1

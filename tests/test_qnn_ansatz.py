@@ -472,3 +472,40 @@ def test_b2_shortfall_stays_inside_the_sine_series_bound(default_result, small_u
         assert short == pytest.approx(float(np.max(1 - res.b2 / res.b1)))
         assert 0 <= short <= eps ** 2 / 24 + 1e-12
     assert small_uniform.metrics["max_b2_shortfall"] > 10 * default_result.metrics["max_b2_shortfall"]
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def _euler_matrix(a, b, c):
+    """RZ(a)·RY(b)·RZ(c) from the 2 x 2 matrices, written out here."""
+    ry = np.array([[np.cos(b / 2), -np.sin(b / 2)], [np.sin(b / 2), np.cos(b / 2)]])
+    return np.diag(np.exp([-0.5j * a, 0.5j * a])) @ ry @ np.diag(np.exp([-0.5j * c, 0.5j * c]))
+
+
+def _equal_up_to_phase(u, v, atol=1e-9):
+    ph = np.vdot(v.ravel(), u.ravel())
+    return np.allclose(u, v * ph / abs(ph), atol=atol)
+
+
+def test_zyz_angles_rebuild_random_unitaries():
+    """For Haar-random one-qubit unitaries and for T, RZ(a)RY(b)RZ(c) at the returned angles is the input up
+    to a global phase, with the circuit built from explicit matrices (not the engine's euler_unitaries)."""
+    us = list(eng.haar_unitaries(2, 40, np.random.default_rng(21))) + [eng.t_gate(1)]
+    for u in us:
+        a, b, c = eng.zyz_angles(u)
+        assert _equal_up_to_phase(_euler_matrix(a, b, c), u)
+        assert eng.distance_np(eng.euler_unitaries(np.array([[a, b, c]])), u[None])[0] < 1e-9
+
+
+def test_euler_t_badge_measures_the_euler_circuit(monkeypatch):
+    """The '…reaches T exactly' badge must be able to fail: with a decomposition that returns the wrong
+    angles (all zero: the Euler circuit is the identity) the reported distance is the identity's distance to
+    T, sin(π/8) by the closed form (eigenphases 0 and π/4), and the badge fails."""
+    cfg = eng.Config(n_qubits=1, layers=1, samples=20)
+    good = eng.run(cfg)
+    assert good.metrics["euler_t_distance"] == pytest.approx(0.0, abs=1e-9)
+    monkeypatch.setattr(eng, "zyz_angles", lambda u: np.zeros(3))
+    bad = eng.run(cfg)
+    assert bad.metrics["euler_t_distance"] == pytest.approx(math.sin(math.pi / 8), abs=1e-9)
+    badge = next(c for c in eng.claims(bad) if c.label.startswith("distance Euler"))
+    assert not badge.passed
