@@ -602,7 +602,7 @@ def _train(variant: str, cfg: Config, seed: int, progress=None) -> dict:
         np.add.at(emp, (buf_x[:buf_n], buf_y[:buf_n]), 1.0)
         emp /= np.maximum(n_lab, 1)[:, None]
         land = (~wat) & (np.arange(N) != goal_i) & (n_lab >= MIN_LABELS)
-        out["tv_emp"] = float((0.5 * np.abs(pred - emp).sum(1))[land].mean())
+        out["tv_emp"] = float((0.5 * np.abs(pred - emp).sum(1))[land].mean()) if land.any() else float("nan")
         tv = 0.5 * np.abs(pred - exact).sum(1)
         marg = np.bincount(buf_y[:buf_n], minlength=K) / max(buf_n, 1)   # state-blind predictor
         out["tv_marginal"] = float((0.5 * np.abs(marg - exact).sum(1))[land].mean()) if land.any() else float("nan")

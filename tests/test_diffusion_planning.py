@@ -1,6 +1,7 @@
 """Diffusion planning (Diffusion Veteran): environment, sampler and selection checks, claims at the default config."""
 
 import math
+from types import SimpleNamespace
 
 import networkx as nx
 import numpy as np
@@ -646,3 +647,42 @@ def test_page_moment_bars_trajectory_colours_and_distance_view(default_result):
     x = values(figs(at)["critic"]["data"][0]["x"])
     assert np.all(np.abs(x - r.cand_end_dist) <= 0.2 + 1e-9)
     assert np.any(np.abs(x - r.cand_dist) > 0.2)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+class _Recorder(torch.nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net, self.inputs = net, []
+
+    def forward(self, x):
+        self.inputs.append(x.detach().cpu().numpy().copy())
+        return self.net(x)
+
+
+def test_inverse_dynamics_gets_the_state_and_the_plan_point_k_steps_ahead(bundle):
+    """Spec, closed loop: between replans the policy (s_t, p_target) -> a_t follows the chosen plan, aiming at
+    the plan position STRIDE environment steps ahead (linear between waypoints 5 steps apart); its input is
+    the position and target normalised to [-1, 1] and the velocity divided by MAX_SPEED, as in
+    inverse_dynamics_triples. Velocity is read off the trajectory (p <- p + v, and a blocked axis keeps p and
+    zeroes v), the plan off the first replanning moment of episode 0."""
+    rec = _Recorder(bundle.invdyn)
+    b = SimpleNamespace(planner=bundle.planner, critic=bundle.critic, invdyn=rec)
+    replan = 20
+    sim = eng.simulate(b, [eng.Variant("MCSS N=4", "mcss", n=4)], episodes=2, ddim_steps=3, replan=replan,
+                       seed=4, keep_moment=True)
+    mom = sim["moment"]["MCSS N=4"]
+    plan = eng.normalise(mom["plans"][mom["pick"]])            # (H, 2) chosen plan of episode 0, normalised
+    traj = sim["traj"][0, 0]                                   # episode 0 positions, (201, 2)
+    assert len(rec.inputs) == eng.EPISODE_STEPS
+    for t in range(replan):
+        u = (t + eng.STRIDE) / eng.STRIDE
+        i0 = min(int(np.floor(u)), eng.HORIZON - 2)
+        target = (1 - (u - i0)) * plan[i0] + (u - i0) * plan[i0 + 1]
+        vel = traj[t] - traj[t - 1] if t > 0 else np.zeros(2)
+        want = np.concatenate([eng.normalise(traj[t]), vel / eng.MAX_SPEED, target])
+        np.testing.assert_allclose(rec.inputs[t][0], want, atol=1e-5, err_msg=f"step {t}")
+    # the agent moves (the check is not on a standing start) and the target lies ahead on the plan, not at p_0
+    assert np.linalg.norm(traj[replan] - traj[0]) > 0.3
+    assert np.abs(rec.inputs[0][0, 4:] - plan[0]).max() > 1e-3

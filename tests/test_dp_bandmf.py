@@ -558,3 +558,21 @@ def test_scaling_badge_strategy_error_at_n_2_17(default_result):
     c0 = np.exp(special.gammaln(2 * k + 1) - 2 * special.gammaln(k + 1) - k * math.log(4))
     c0 /= np.linalg.norm(c0)
     assert m["scale_err"] < 0.9 * _banded_mean_error(c0, n)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_fast_vs_dense_badge_fails_for_a_broken_fast_path(monkeypatch):
+    """Negative control of the 'fast path equals the dense O(n³) formula' badge: with the spec's named
+    pitfall planted in the fast path only (mean-error weights (n − k − 1)/n instead of (n − k)/n), the
+    badge's dense side must still be the dense formula, so the measured difference is far above 1e-9 and
+    the badge fails. (A badge that compared the fast path with itself would read 0 and pass.) The
+    unbroken run passes at the same setting."""
+    cfg = eng.Config(n=256, max_bands=16, max_iters=20)
+    ok = next(c for c in eng.claims(eng.run(cfg)) if c.statement.startswith("The O(n·b) fast path"))
+    assert ok.passed and ok.measured <= 1e-9
+    monkeypatch.setattr(eng, "_weights", lambda n: (n - 1 - np.arange(n)) / n)
+    r = eng.run(cfg)
+    bad = next(c for c in eng.claims(r) if c.statement.startswith("The O(n·b) fast path"))
+    assert r.metrics["dense_check_n"] == 256
+    assert bad.measured > 1e-4 and not bad.passed

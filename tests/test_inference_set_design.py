@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from scipy.stats import binomtest
 from sklearn.linear_model import LogisticRegression
 
@@ -287,3 +288,21 @@ def test_page_stars_batches_and_image_titles_follow_the_campaigns(default_result
     titles = [a["text"] for a in figs["grid"]["layout"]["annotations"]]
     want = [f"{int(lab)}/{int(p)} " for lab, p in zip(r.grid_labels, r.grid_preds)]
     assert len(titles) == len(want) and all(t.startswith(w) for t, w in zip(titles, want))
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_agents_never_read_the_corruption_mask():
+    """Running the same active campaign with the true corruption mask and with its complement gives the same
+    batches, predictions and certified bounds; only the diagnostic column batch_hard may differ. (The random
+    agent ignores u by construction, so only the active one is run.)"""
+    cfg = eng.Config(n_init=300, batch=400, steps=20)
+    X, y, hard, Xt, yt = eng.make_data(cfg.corruption, cfg.seed)
+    assert 0.2 < hard.mean() < 0.4
+    ref, _ = eng.run_agent("active", cfg, X, y, hard, Xt, yt, torch.device("cpu"))
+    tr, _ = eng.run_agent("active", cfg, X, y, ~hard, Xt, yt, torch.device("cpu"))
+    assert len(ref.sa) == 3
+    np.testing.assert_array_equal(tr.observed, ref.observed)
+    np.testing.assert_array_equal(tr.preds, ref.preds)
+    np.testing.assert_array_equal(tr.sa_lb, ref.sa_lb)
+    assert not np.array_equal(tr.batch_hard, ref.batch_hard)     # the flipped mask did reach the run

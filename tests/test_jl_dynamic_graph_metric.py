@@ -529,3 +529,72 @@ def test_page_rho_map_tabs_bound_lines_and_runtime(default_result):
 
     times = {d["name"]: values(d["y"]) for d in figs["runtime"]["data"]}
     assert times["JL metric"][-1] < times["snapshot metrics"][-1]
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_monotone_badge_is_set_by_the_weakest_perturbation(monkeypatch):
+    """The badge 'rises with the strength of every perturbation' reads the LOWEST Spearman ρ over the
+    perturbations. With time shuffling made a no-op (its JL curve is flat, ρ = 0 by the engine's rule)
+    and the other two intact, the badge must read 0 and fail, naming time shuffling as the weakest,
+    while the per-kind ρ stay as measured."""
+    perturb = eng.perturb
+
+    def no_time_shuffle(g, kind, p, rng):
+        out = perturb(g, kind, p, rng)                     # same random draws as the intact run
+        return g.copy() if kind == "time shuffling" else out
+
+    monkeypatch.setattr(eng, "perturb", no_time_shuffle)
+    r = eng.run(_SWEEP_CFG)
+    m = r.metrics
+    assert m["spearman_time_shuffling"] == 0.0
+    assert m["spearman_edge_rewiring"] >= 0.9 and m["spearman_feature_noise"] >= 0.9
+    assert m["min_spearman"] == min(r.rho_table[0]) == 0.0
+    badge = eng.claims(r)[0]
+    assert badge.measured == 0.0 and not badge.passed and "weakest: time shuffling" in badge.detail
+
+
+def test_runtime_race_times_only_the_scoring_of_the_generated_graph(monkeypatch):
+    """Both sides of the race cache their reference (sketch G_a, snapshot descriptors of a) and are timed
+    on scoring ONE generated graph b against it: inside the JL timing exactly one stream is sketched,
+    inside the snapshot timing exactly one stream's snapshot descriptors are built, it is the same
+    stream b for both, and b is not the reference a whose sketch and descriptors were made outside the
+    timings. (Checked by running each timed call once, not by reading a clock.)"""
+    timing = [None]
+    seen = {"sketch": [], "desc": []}
+    outside = {"sketch": [], "desc": []}
+    sketch, describe = eng.Projector.sketch, eng.snapshot_descriptors
+
+    def spy_sketch(self, g):
+        (seen if timing[0] else outside)["sketch"].append(g)
+        return sketch(self, g)
+
+    def spy_desc(g, n_snap, *a, **k):
+        (seen if timing[0] else outside)["desc"].append(g)
+        return describe(g, n_snap, *a, **k)
+
+    calls = []
+
+    def once(fn, repeats):
+        seen["sketch"].clear()
+        seen["desc"].clear()
+        timing[0] = True
+        try:
+            fn()
+        finally:
+            timing[0] = False
+        calls.append((list(seen["sketch"]), list(seen["desc"])))
+        return 1.0
+
+    monkeypatch.setattr(eng.Projector, "sketch", spy_sketch)
+    monkeypatch.setattr(eng, "snapshot_descriptors", spy_desc)
+    monkeypatch.setattr(eng, "_median_time", once)
+    r = eng.run(_SWEEP_CFG)
+    assert len(calls) == 2 * len(r.timing_nodes)
+    for (jl_sk, jl_desc), (sn_sk, sn_desc) in zip(calls[::2], calls[1::2]):
+        assert len(jl_sk) == 1 and jl_desc == []      # JL: sketch b, compare with the cached G_a
+        assert sn_sk == [] and len(sn_desc) == 1      # snapshots: describe b, compare with cached a
+        b = jl_sk[0]
+        assert sn_desc[0] is b
+        assert b.n_nodes in set(r.timing_nodes.tolist())
+        assert not any(g is b for g in outside["sketch"] + outside["desc"])

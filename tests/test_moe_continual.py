@@ -480,3 +480,24 @@ def test_min_norm_updates_shrink_the_error_as_the_closed_form_says():
         err = np.sum((w - w_star) ** 2, axis=1)
         expected = (1 - s / d) ** t * e0
         assert abs(err.mean() - expected) < 5 * err.std(ddof=1) / np.sqrt(n), (t, err.mean(), expected)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_termination_waits_for_m_over_eta_rounds_at_a_small_router_step():
+    """Spec step 6: flags start only once t >= M/eta. With eta = 0.05 that is round 200 for M = 10, later than
+    the floor 80 + 3M = 110: every terminated M = 10 run freezes at or after round 200, and at the round the
+    plain-Python reference (written from the spec) gives. Measured: 218 and 201 at seeds 0 and 1; with flags
+    from round 1 both freeze at 110."""
+    cfg = eng.Config(rounds=400, seeds=2, eta=0.05)
+    res = eng.run(cfg)
+    v = _index(res, "MoE M=10, terminated")
+    for s in range(cfg.seeds):
+        W, (idx, X, _), rho = eng.make_seed_data(cfg, s, eng.FIXED_MAX)
+        _, _, t_freeze = _reference_run(cfg, 10, W, idx, X, rho, cfg.rounds)
+        assert t_freeze >= 10 / cfg.eta                       # the reference froze, after the gate
+        assert res.t_freeze[v, s] == t_freeze, (s, res.t_freeze[v, s], t_freeze)
+    for i, var in enumerate(res.variants):
+        if var.terminate:
+            frozen = res.t_freeze[i][res.t_freeze[i] > 0]
+            assert np.all(frozen >= max(80 + 3 * var.experts, var.experts / cfg.eta)), (var.name, frozen)

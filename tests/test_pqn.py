@@ -682,3 +682,54 @@ def test_page_draws_every_seed_and_counts_the_diverged_ones(default_result):
         went = np.any(~np.isfinite(mv) | (mv > eng.DIVERGE), axis=1)
         assert f"{eng.LABELS[v]} {int(went.sum())} of {len(mv)}" in cap
     assert any(np.any(~np.isfinite(res.maxv[v]) | (res.maxv[v] > eng.DIVERGE)) for v in eng.VARIANTS)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_q_lambda_targets_bootstrap_from_the_true_next_observation(monkeypatch):
+    """Spec, Part B step 2: G_t bootstraps from max_a Q(o'_t, a), o'_t the state the action led to (the
+    terminal state itself at an episode end, not the reset one). Every rollout's q_next_max handed to
+    lambda_returns is rebuilt here from gymnasium's equations (CartPole.dynamics on the state before the step)
+    and the learner's own network at that moment."""
+    nets, nexts, checked = [], [], []
+    real_qnet, real_step, real_lambda = eng._qnet, eng.CartPole.step, eng.lambda_returns
+
+    def qnet(hidden, layernorm):
+        nets.append(real_qnet(hidden, layernorm))
+        return nets[-1]
+
+    def step(self, action):
+        nexts.append(eng.CartPole.dynamics(self.state.clone(), action.double()).float())
+        return real_step(self, action)
+
+    def lambda_returns(r, term, done, q_next_max, gamma, lam):
+        on = torch.stack(nexts[-r.shape[0]:])
+        with torch.no_grad():
+            want = nets[0](on).max(-1).values
+        torch.testing.assert_close(q_next_max, want, rtol=1e-5, atol=1e-5)
+        assert gamma == 0.99 and lam == cfg.lam
+        checked.append(bool(done.any()))
+        return real_lambda(r, term, done, q_next_max, gamma, lam)
+
+    monkeypatch.setattr(eng, "_qnet", qnet)
+    monkeypatch.setattr(eng.CartPole, "step", step)
+    monkeypatch.setattr(eng, "lambda_returns", lambda_returns)
+    cfg = eng.Config(run_pqn=True, env_steps=10_000)
+    eng.train_pqn(cfg, 0, layernorm=True)
+    assert len(nets) == 1 and len(checked) == 10_000 // (cfg.n_envs * eng.ROLLOUT)
+    assert sum(checked) > 5        # episode ends inside rollouts were part of the check
+
+
+def test_divergence_counts_a_blow_up_at_any_step_not_only_the_last(monkeypatch):
+    """Spec: a run counts as diverged if any value is non-finite or max|V| exceeds the bar at some step. With
+    the bar lowered to 0.3, LayerNorm seeds that start above it and then converge towards V = 0 must count as
+    diverged; `ever` must cover every recorded point above the bar."""
+    monkeypatch.setattr(eng, "DIVERGE", 0.3)
+    cfg = eng.Config(steps=750, n_seeds=3, width=16, gamma=0.95, lr=0.03)
+    rec, maxv, norm, final, ever, w_ratio, nets = eng.run_baird(cfg, np.random.default_rng(11))
+    came_back = 0
+    for v in eng.VARIANTS:
+        above = np.any(~np.isfinite(maxv[v]) | (maxv[v] > 0.3), axis=1)
+        assert np.all(ever[v][above]), v
+        came_back += int(np.sum(above & (final[v] < 0.3)))
+    assert came_back >= 1            # the check has power: some seed crossed the bar and ended below it

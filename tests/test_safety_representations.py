@@ -1,5 +1,6 @@
 import copy
 import pickle
+import warnings
 
 import networkx as nx
 import numpy as np
@@ -662,3 +663,49 @@ def test_page_histograms_bands_and_success_caption_follow_the_result(res):
     assert any(f"from row {other[0]}, col {other[1]} " in h.value for h in at.get("html"))
     at.selectbox(key="safety-representations:cell").set_value(f"{land[2][0]},{land[2][1]}").run()
     assert at.query_params["cell"] in (f"{land[2][0]},{land[2][1]}", [f"{land[2][0]},{land[2][1]}"])
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_tv_badges_score_only_cells_with_enough_labels(monkeypatch):
+    """Claim 3 is measured on the cells with >= MIN_LABELS labels in the S2C buffer (the spec: 'cells
+    visited >= 20 times'), not on every land cell. On a 3 x 3 map where every move from the start enters
+    a hazard or the goal, the agent only ever acts from the start cell, so the buffer holds one label
+    per step there and none anywhere else: both TV badges must then be the start cell's own TV,
+    recomputed here, and with the bar above the label count no cell qualifies (NaN)."""
+    monkeypatch.setitem(eng.MAPS, "cross", [".W.", "WSG", ".W."])
+    cfg = eng.Config(grid="cross", env_steps=5_000)
+    out = eng._train("srpl", cfg, 0)
+    total = int(out["steps"][-1])
+    assert out["label_hist"].sum() == total >= eng.MIN_LABELS and out["visits"][1, 1] == total
+    pred, exact = out["pred"][1, 1], out["exact"][1, 1]
+    assert out["tv"] == pytest.approx(0.5 * np.abs(pred - exact).sum(), rel=1e-12)
+    marg = out["label_hist"] / out["label_hist"].sum()
+    assert out["tv_marginal"] == pytest.approx(0.5 * np.abs(marg - exact).sum(), rel=1e-12)
+    # the never-visited corner cells would move the score (so the check has teeth)
+    cells = [(1, 1), (0, 0), (0, 2), (2, 0), (2, 2)]
+    every = np.mean([0.5 * np.abs(out["pred"][c] - out["exact"][c]).sum() for c in cells])
+    assert abs(every - out["tv"]) > 1e-3
+    monkeypatch.setattr(eng, "MIN_LABELS", total + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)       # no mean of an empty selection either
+        out = eng._train("srpl", cfg, 0)
+    assert np.isnan(out["tv"]) and np.isnan(out["tv_emp"]) and np.isnan(out["tv_marginal"])
+
+
+def test_cost_and_success_badges_are_the_seed_mean_ratios(res):
+    """Claims 1-2 read the per-seed results: cost(SRPL)/cost(baseline) from the violation counts, the
+    success difference and SRPL's success from the greedy evaluations, recomputed here from
+    res.final_cost / eval_success; and on made-up numbers a safer, successful SRPL passes all three
+    badges while a less safe one fails the first."""
+    cl = eng.claims(res)
+    fc, ev = res.final_cost, res.eval_success
+    assert cl[0].measured == pytest.approx(np.mean(fc["srpl"]) / np.mean(fc["baseline"]), rel=1e-12)
+    assert cl[1].measured == pytest.approx(np.mean(ev["srpl"]) - np.mean(ev["baseline"]), abs=1e-12)
+    assert cl[2].measured == pytest.approx(np.mean(ev["srpl"]), abs=1e-12)
+    for (s_cost, b_cost, s_succ, b_succ), ok in (((50.0, 100.0, 0.8, 0.7), [True, True, True]),
+                                                 ((100.0, 50.0, 0.6, 0.7), [False, False, True])):
+        fake = copy.copy(res)
+        fake.metrics = {**res.metrics, "cost_srpl": s_cost, "cost_baseline": b_cost,
+                        "success_srpl": s_succ, "success_baseline": b_succ}
+        assert [bool(c.passed) for c in eng.claims(fake)[:3]] == ok
