@@ -502,3 +502,38 @@ def test_page_draws_the_picked_decoders_and_tabulates_every_one(default_result):
     y = dict(zip(bars["x"], values(bars["y"]), strict=True))
     n, mm = cost["n"], cost["m"]
     assert y["full self-attention ((n+m)²)"] / y["CrossMPT (2·n·m)"] == pytest.approx((n + mm) ** 2 / (2 * n * mm))
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_invariance_badge_fails_for_a_decoder_that_sees_y_itself(monkeypatch):
+    """The spec: 'a decoder fed y instead of (|y|, syndrome) fails this badly'. A decoder that reads y
+    itself (threshold 0.3 instead of 0) errs with probability Q(0.7/sigma) ~ 0.12 on the all-zero word but
+    about (Q(0.7/sigma) + Q(1.3/sigma)) / 2 ~ 0.066 on random words at 4 dB: the badge must fail."""
+    monkeypatch.setattr(eng, "decode_model", lambda model, code, y: (y < 0.3).astype(np.int64))
+    r = eng.run(eng.Config(ebn0=(4,), n_codewords=500))
+    inv = r.invariance
+    assert inv["ber_zero"] == pytest.approx(0.118, abs=0.01)
+    assert inv["ber_random"] == pytest.approx(0.066, abs=0.01)
+    badge = next(c for c in eng.claims(r) if c.label == "|BER(all-zero) − BER(random)|")
+    assert not badge.passed, badge.describe()
+
+
+def test_evaluation_noise_follows_the_seed():
+    """Different seeds give different words and noise at the same point (fresh noise per seed), the same
+    seed the same ones; and no seed's evaluation stream is the training stream."""
+    code = eng.get_code("hamming")
+    draws = {s: eng.transmit(code, 200, 4.0, eng.eval_rng(code, 4.0, s)) for s in (0, 1)}
+    again = eng.transmit(code, 200, 4.0, eng.eval_rng(code, 4.0, 0))
+    np.testing.assert_array_equal(draws[0][1], again[1])
+    assert not np.array_equal(draws[0][0], draws[1][0]) and not np.allclose(draws[0][1], draws[1][1])
+    # and the evaluation itself (every decoder's errors) changes with the seed
+    model, _ = eng.load_model("hamming")
+    errs = [eng.evaluate(code, model, [4.0], 500, 5, s, with_map=False)["errors"] for s in (0, 1)]
+    assert errs[0]["raw hard decision"][0] != errs[1]["raw hard decision"][0]
+    train_noise = np.random.default_rng(eng.TRAIN_SEED)
+    train_noise.integers(0, 6, 128)
+    first = train_noise.standard_normal((128, code.n))
+    for s in range(10):
+        _, y, sigma = eng.transmit(code, 128, 4.0, eng.eval_rng(code, 4.0, s))
+        assert not np.allclose(y[:, :3], 1 + sigma * first[:, :3])

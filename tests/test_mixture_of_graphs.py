@@ -551,3 +551,81 @@ def test_page_timing_bars_are_each_graphs_own_median(default_result):
     want = [np.median(res.time_full) * 1e3, np.median(res.time_mog) * 1e3]
     np.testing.assert_allclose(values(bar["y"]), want, rtol=1e-12)
     assert want[0] != pytest.approx(want[1], rel=1e-3)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+@pytest.fixture(scope="module")
+def router_spied_run():
+    """A small run with the router's and the GCN trainer's inputs recorded (the originals still run)."""
+    mp = pytest.MonkeyPatch()
+    rec = {}
+    orig_router, orig_gcn = eng.train_router, eng.train_gcns
+
+    def router(c, A, X, y, train_idx, *a, **kw):
+        rec["router_train"] = np.asarray(train_idx).copy()
+        return orig_router(c, A, X, y, train_idx, *a, **kw)
+
+    def gcn(adjs, feats, labels, tr, va, tests, **kw):
+        rec["gcn"] = (adjs, tr, va, tests)
+        return orig_gcn(adjs, feats, labels, tr, va, tests, **kw)
+
+    mp.setattr(eng, "train_router", router)
+    mp.setattr(eng, "train_gcns", gcn)
+    c = eng.Config(n_nodes=400, epochs=20, timing_nodes=4000, seed=2)
+    try:
+        res = eng.run(c)
+    finally:
+        mp.undo()
+    return c, res, rec
+
+
+def test_router_is_trained_on_the_gcns_training_nodes_only(router_spied_run):
+    c, res, rec = router_spied_run
+    adjs, tr, va, tests = rec["gcn"]
+    np.testing.assert_array_equal(np.sort(rec["router_train"]), np.sort(tr))
+    held_out = set(np.asarray(va).tolist()) | set(np.concatenate([np.asarray(t) for t in tests]).tolist())
+    assert not set(rec["router_train"].tolist()) & held_out
+    assert len(rec["router_train"]) == int(0.3 * c.n_nodes)
+
+
+def _criteria(A, X):
+    """Undirected edge scores per criterion, computed here with networkx and scikit-learn."""
+    e = edge_list(A)
+    g = nx.from_scipy_sparse_array(A)
+    cos = cosine_similarity(X)
+    jac = {(min(u, v), max(u, v)): p for u, v, p in nx.jaccard_coefficient(g, [tuple(x) for x in e.tolist()])}
+    deg = dict(g.degree())
+    return e, {"feature": np.array([cos[u, v] for u, v in e]),
+               "jaccard": np.array([jac[(u, v)] for u, v in e]),
+               "degree": np.array([1 / math.sqrt(deg[u] * deg[v]) for u, v in e])}
+
+
+def test_matched_baselines_keep_their_own_criterions_best_edges(router_spied_run):
+    """'global <criterion> @ MoG sparsity' keeps the MoG edge count of edges with the highest score of that
+    criterion (every kept edge scores at least as high as every dropped one); 'per-node <criterion>' is the
+    uniform per-node rule of that criterion, so every node keeps its own best edge by it."""
+    c, res, rec = router_spied_run
+    adjs = rec["gcn"][0]
+    A = adjs[0]
+    X = eng.make_graph(c, np.random.default_rng(c.seed))[1]
+    e, score = _criteria(A, X)
+    nc = len(eng.CRITERIA)
+    for j, name in enumerate(eng.CRITERIA):
+        kept = {tuple(x) for x in edge_list(adjs[2 * (2 + j)]).tolist()}
+        inside = np.array([tuple(x) in kept for x in e.tolist()])
+        assert inside.sum() == res.edges_mog
+        assert score[name][inside].min() >= score[name][~inside].max() - 1e-6, name
+        # per-node rule: the engine's uniform-rho rule on this criterion's scores (scores checked against
+        # networkx / scikit-learn in test_scores_match_networkx_and_sklearn), and, independently, every node
+        # keeps its own best edge by this criterion (quota ceil(rho d) >= 1; a tie for the best is let pass)
+        dst, src = eng.directed_edges(A)
+        ref = eng.local_sparsify(A, dst, src, eng.edge_scores(A, X, src, dst)[name], res.edges_mog)
+        assert (adjs[2 * (2 + nc + j)] != ref).nnz == 0, name
+        local = {tuple(x) for x in edge_list(adjs[2 * (2 + nc + j)]).tolist()}
+        kept_l = np.array([tuple(x) in local for x in e.tolist()])
+        for node in range(A.shape[0]):
+            at = np.flatnonzero((e[:, 0] == node) | (e[:, 1] == node))
+            if len(at):
+                s = score[name][at]
+                assert kept_l[at[np.argmax(s)]] or np.sum(s >= s.max() - 1e-9) > 1, (name, node)

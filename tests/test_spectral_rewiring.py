@@ -671,3 +671,31 @@ def test_page_numbers_for_the_chosen_labeling_follow_the_result(default_result):
         bar = next(t for name, t in acc.items() if name.lower().startswith(reg))
         np.testing.assert_allclose(values(bar["y"]), res.accuracy[k].mean(-1))
         np.testing.assert_allclose(values(bar["error_y"]["array"]), res.accuracy[k].std(-1))
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_each_seed_draws_its_own_graph_labels_and_split():
+    """Record the GCN trainer's inputs of a two-seed run: the unrewired graphs of the two seeds differ (as
+    two independent SBM draws of 100 nodes almost surely do), and so do their misaligned labels and training
+    nodes."""
+    mp = pytest.MonkeyPatch()
+    rec = {}
+    orig = G.train_gcns
+
+    def spy(adjs, feats, labs, trs, vas, tes, **kw):
+        rec.update(adjs=adjs, labs=labs, trs=trs)
+        return orig(adjs, feats, labs, trs, vas, tes, **kw)
+
+    mp.setattr(G, "train_gcns", spy)
+    c = eng.Config(n_nodes=100, budget=10, n_seeds=2, epochs=50)
+    try:
+        eng.run(c)
+    finally:
+        mp.undo()
+    R, M = len(eng.REGIMES), len(eng.METHODS)
+    none, mis = eng.METHODS.index("none"), eng.REGIMES.index("misaligned")
+    first, second = 0 * R * M + none, 1 * R * M + none                     # slots are (seed, regime, method)
+    assert (rec["adjs"][first] != rec["adjs"][second]).nnz > 0
+    assert not np.array_equal(rec["labs"][mis * M + none], rec["labs"][R * M + mis * M + none])
+    assert set(rec["trs"][first].tolist()) != set(rec["trs"][second].tolist())

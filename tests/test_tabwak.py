@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest, kstest
+from scipy.stats import binomtest, kstest, norm, spearmanr
 
 from engine import tabwak as eng
 
@@ -425,3 +425,23 @@ def test_noise_tprs_at_a_milder_noise_use_each_methods_null(monkeypatch):
         z = _table_z_loop(_row_scores_loop(h[hk], name, key), 200, np.nanmean(null), np.nanstd(null), 3)
         assert m[f"noise_tpr_{name}"] == pytest.approx(np.mean(z > eng.Z_THRESHOLD), abs=1e-12), name
     assert 0.0 < m["noise_tpr_tabwak"] < 1.0
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+@pytest.mark.parametrize("method", ["tabwak", "tabwak_star"])
+def test_paired_coordinates_share_the_cell_but_not_the_value(method):
+    """Each pair (pi(j), pi(j + h)) lies in the same half (TabWak) or quartile (TabWak*) of N(0, 1), and
+    inside it each coordinate is a fresh uniform draw: the positions Phi(z) within the cell are independent,
+    uniform, and never equal across the pair (closed form via scipy's normal cdf)."""
+    z = eng.embed(np.random.default_rng(0), 3000, method, 217)
+    inv = np.argsort(eng.permutation(217))
+    zz = z[:, : 2 * eng.HALF][:, inv]
+    a, b = norm.cdf(zz[:, : eng.HALF]).ravel(), norm.cdf(zz[:, eng.HALF:]).ravel()
+    width = 0.5 if method == "tabwak" else 0.25
+    cell_a, cell_b = np.floor(a / width), np.floor(b / width)
+    np.testing.assert_array_equal(cell_a, cell_b)                   # same half / same quartile
+    pos_a, pos_b = a / width - cell_a, b / width - cell_b          # position inside the cell, U(0, 1)
+    assert np.mean(np.isclose(a, b, rtol=0, atol=1e-12)) == 0.0
+    assert abs(spearmanr(pos_a, pos_b)[0]) < 0.05                  # fresh U per coordinate (n = 45 000 pairs)
+    assert abs(pos_a.mean() - 0.5) < 0.01 and abs(pos_b.mean() - 0.5) < 0.01
