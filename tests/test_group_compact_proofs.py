@@ -666,3 +666,49 @@ def test_dominant_irrep_and_unembedding_shares_exclude_the_trivial_irrep():
     assert (sh[0] == 0).all() and np.allclose(sh.sum(0), 1.0)
     raw = np.array([((Pi @ M) ** 2).sum(0) for Pi in P])
     np.testing.assert_allclose(sh[1:], raw[1:] / raw[1:].sum(0), atol=1e-9)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+# characters of S4's standard irrep (3,1) by cycle type (textbook table), not from Young's form
+_CHI_31 = {(1, 1, 1, 1): 3, (2, 1, 1): 1, (2, 2): -1, (3, 1): 0, (4,): -1}
+
+
+def test_residual_bound_is_sound_when_the_unexplained_part_is_one_three_dim_irrep():
+    """Unembedding column (i, j) = rho(c)_ij of the 3-dim irrep (3,1), every hidden pattern h = vec(I): the
+    logits are the characters z[c] = chi(c) (textbook values), so the true margin is chi(ab) - 3 for ab != e
+    and 3 - 1 = 2 for ab = e. With nothing explained (tau > 1) the residual E = U must be bounded by
+    max_c E[c].h <= min(max_c ||E[c]|| ||h||, sum_k max_c E[c, k] h_k) = min(3, 3) = 3; a norm bound below
+    max_c tr(rho(c)^T I) = 3 (e.g. an operator-norm term without its sqrt(d) factor) overstates the margin."""
+    G = g.symmetric_group(4)
+    m = G.order
+    (ir,) = [r for r in g.irreps(4) if r.shape == (3, 1)]
+    U = ir.mats.reshape(m, 9)
+    L = np.tile(np.eye(3).reshape(1, 9), (m, 1))
+    w = g.Weights(L, np.zeros((m, 9)), U, np.zeros(m))
+    chi = np.array([_CHI_31[tuple(sorted((len(c) for c in _cycles(p)), reverse=True))] for p in G.elements])
+    Z = g.all_logits(w)
+    assert np.allclose(Z, chi[None, None, :])
+    _, margin = g.brute_force(w, G)
+    ab = G.table
+    assert np.allclose(margin, np.where(ab == 0, 2.0, chi[ab] - 3.0))
+    for method in ("characters", "fourier"):
+        p = g.compact_bound(w, G, tau=1.01, method=method)
+        assert not p.explained.any()
+        assert (p.margin_bound <= margin + 1e-9).all(), method
+        # the documented bound is tight here: certified = chi(ab) - min(3, 3)
+        np.testing.assert_allclose(p.margin_bound, chi[ab] - 3.0, atol=1e-9)
+
+
+def _cycles(p):
+    seen, out = set(), []
+    for s in range(len(p)):
+        if s in seen:
+            continue
+        cyc, j = [], s
+        while j not in seen:
+            seen.add(j)
+            cyc.append(j)
+            j = p[j]
+        out.append(cyc)
+    return out

@@ -567,3 +567,55 @@ def test_page_k_sweep_prompt_view_and_bound_terms(res):
     k_index = list(res.grid_k).index(res.K)
     info = " ".join(el.value for el in at.info)
     assert f"(topic term {topic[k_index]:.1f} + sequence term {seq[k_index]:.1f})" in info
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_simulate_is_stationary_with_identity_covariance_at_a_non_default_rho():
+    """ρ = 0.6: innovations of variance 1 − ρ² (one-step residuals of the true W), and the covariance of
+    x_t stays I (the discrete Lyapunov solution for W = ρ O with that noise): x_1 ~ N(0, I) is stationary."""
+    rho = 0.6
+    rng = np.random.default_rng(50)
+    W = eng.make_topics(rng, 1, rho)
+    assert np.allclose(W[0] @ W[0].T, rho ** 2 * np.eye(eng.D), atol=1e-12)
+    lyap = scipy.linalg.solve_discrete_lyapunov(W[0], (1 - rho ** 2) * np.eye(eng.D))
+    np.testing.assert_allclose(lyap, np.eye(eng.D), atol=1e-10)
+    x = eng.simulate(rng, W, np.zeros(10_000, dtype=int), 12, rho)
+    r = x[:, 1:] - np.einsum("ij,ntj->nti", W[0], x[:, :-1])
+    assert abs(r.var() / (1 - rho ** 2) - 1) < 0.03
+    for t in (0, 5, 11):
+        assert np.abs(np.cov(x[:, t].T) - lyap).max() < 0.05
+
+
+def test_mixture_posterior_at_a_non_default_rho_matches_a_brute_force_bayes_loop():
+    """The Bayes posterior uses the innovation variance σ² = 1 − ρ² of the ρ it is given (scipy density)."""
+    from scipy.stats import multivariate_normal
+
+    rho = 0.6
+    rng = np.random.default_rng(51)
+    W = eng.make_topics(rng, 3, rho)
+    x = eng.simulate(rng, W, np.array([0, 1, 2, 1]), 6, rho)
+    pred, post = eng.mixture_predictions(x, W, rho)
+    cov = (1 - rho ** 2) * np.eye(eng.D)
+    for n in range(len(x)):
+        for t in range(1, x.shape[1]):
+            logp = np.array([sum(multivariate_normal.logpdf(x[n, i + 1], W[k] @ x[n, i], cov)
+                                 for i in range(t - 1)) for k in range(len(W))])
+            p = np.exp(logp - logp.max())
+            p /= p.sum()
+            np.testing.assert_allclose(post[n, t - 1], p, rtol=0, atol=1e-9)
+            ref = sum(p[k] * W[k] @ x[n, t - 1] for k in range(3))
+            np.testing.assert_allclose(pred[n, t - 1], ref, rtol=0, atol=1e-9)
+
+
+def test_live_run_at_a_non_default_rho_is_evaluated_on_sequences_of_that_rho():
+    """Live run with ρ = 0.6: the oracle reference line is the innovation variance 1 − ρ² = 0.64 (not 0.19),
+    the zero predictor stays at the stationary variance 1, and the test topics have spectral radius ρ."""
+    rho = 0.6
+    r = eng.run(eng.Config(source=eng.SOURCES[1], K=4, live_N=8, live_T=8, live_steps=100, live_rho=rho))
+    assert r.rho == rho
+    assert r.curves["oracle"].mean() == pytest.approx(1 - rho ** 2, rel=0.05)
+    assert r.curves["zero"].mean() == pytest.approx(1.0, rel=0.1)
+    xu, Wu, _, _, _ = eng.test_sets(eng.training_set(4, 8, 8, 0, rho)[0], 8, 0, rho)
+    sv = np.linalg.svd(Wu[:5], compute_uv=False)
+    np.testing.assert_allclose(sv, rho, atol=1e-12)

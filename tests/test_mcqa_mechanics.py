@@ -1,6 +1,8 @@
 """MCQA mechanics: claims on the shipped checkpoint, plus checks the engine did not compute itself
 (a NumPy re-implementation of the forward pass, exact identities of patching and of the logit lens)."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -585,3 +587,67 @@ def test_page_quotes_the_top_heads_and_draws_each_series_where_it_belongs(res):
     # logit[B's letter] - logit[A's letter] is negative where A is answered right, positive on B
     assert m["ld_a"] < 0 < m["ld_b"]
     assert f"{m['ld_a']:.2f} on A, {m['ld_b']:.2f} on B" in pairs
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def _log_softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def test_first_training_loss_is_letter_plus_fact_plus_next_token_cross_entropy_by_hand():
+    """The first logged loss (before any update) of a model with large random weights, recomputed in
+    NumPy: the answer letter at the last position, the item's colour predicted at the item's position (1),
+    and the next token ids[p + 1] predicted at every position p in 0, 2, ..., 10. Large weights make the
+    logits far from uniform, so a wrong target or position changes the number."""
+    arch = eng.Arch(d_model=16, n_layers=1, n_heads=2)
+    torch.manual_seed(5)
+    init = eng.build_model(arch)
+    with torch.no_grad():
+        for p in init.parameters():
+            p.normal_(0.0, 0.5)
+    ref_model = copy.deepcopy(init).eval()
+    _, losses = eng.train(arch, 1, 3, batch=32, init=init, lm_weight=0.7, fact_weight=1.3)
+    # train's data stream: default_rng(seed + 1)
+    b = eng.sample_prompts(32, np.random.default_rng(3 + 1), p_shuffled=eng.P_SHUFFLED)
+    with torch.no_grad():
+        lp = _log_softmax(ref_model(torch.as_tensor(b.ids)).double().numpy())
+    n = np.arange(32)
+    letter = -lp[n, -1, eng.LETTER_IDS[b.answer]].mean()
+    colours = [eng.COLOUR_IDS[eng.FACTS[eng.ITEMS.index(eng.VOCAB[i])]] for i in b.ids[:, 1]]
+    fact = -lp[n, 1, colours].mean()
+    pos = [0] + list(range(2, eng.SEQ_LEN - 1))
+    nxt = -np.mean([lp[i, p, b.ids[i, p + 1]] for i in range(32) for p in pos])
+    assert losses[0] == pytest.approx(letter + 1.3 * fact + 0.7 * nxt, rel=1e-5)
+
+
+def test_middle_layer_badge_fails_when_the_letter_fades_after_its_first_layer(monkeypatch):
+    """'Decodable in a middle layer ... and stays decodable after it': a lens that reads the letter after
+    block 2 but loses it after block 3 must fail the badge, though the first decodable layer is a middle
+    one."""
+    acc_out = np.array([0.25, 0.3, 0.9, 0.6, 0.97])
+    real = eng.lens_by_layer
+
+    def fading(model, batch, device):
+        out = real(model, batch, device)
+        return dict(out, acc=acc_out.copy()) if len(batch.answer) == eng.N_LENS else out
+
+    monkeypatch.setattr(eng, "lens_by_layer", fading)
+    r = eng.run(eng.Config(n_pairs=32))
+    assert r.metrics["lens_first_layer"] == 2 and r.metrics["lens_middle"] == 0.0
+    middle = next(c for c in eng.claims(r) if c.label == eng.MIDDLE_LABEL)
+    assert not middle.passed
+
+
+def test_untrained_model_has_no_logit_gap_and_fails_every_badge():
+    """An untrained model (logits ~ 0) gives prompts A and B almost the same logit difference, so 'recovery'
+    is a ratio of noise: the engine must report it as undefined (gap below MIN_GAP) and the head badge, like
+    every other badge, must fail."""
+    arch = eng.Arch(d_model=16, n_layers=2, n_heads=2)
+    torch.manual_seed(0)
+    model = eng.build_model(arch).eval()
+    r = eng.analyse(model, np.zeros(1), eng.Config(n_pairs=32, top_k=2), "cpu")
+    assert abs(r.metrics["ld_gap"]) < eng.MIN_GAP
+    assert np.isnan(r.metrics["topk_recovery"]) and np.isnan(r.metrics["topk_recovery_fresh"])
+    assert not any(c.passed for c in eng.claims(r))
