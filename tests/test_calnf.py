@@ -647,3 +647,49 @@ def test_page_density_roc_and_curve_charts_carry_the_right_arrays(default_page, 
         np.testing.assert_allclose(lines[NAMES[k]], v, err_msg=k)
         if len(r.curves_train.get(k, [])):
             np.testing.assert_allclose(lines[f"{NAMES[k]} (training)"], r.curves_train[k], err_msg=k)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_kl_terms_have_the_specs_direction(monkeypatch):
+    """β-NF adds β·KL(q(·; 1) ‖ q(·; 0)) (samples from the failure label 1, scored against the nominal label
+    0), CalNF's self-regularisation KL(q(·; e_a) ‖ q(·; e_b)) with a ≠ b one-hot. Checked on the reference
+    train() by a spy on kl_mc (train_stacked is tied to train() by
+    test_batched_training_matches_one_by_one_train); and the direction is not a symmetric choice."""
+    from engine.core.nn import set_cpu_threads
+
+    set_cpu_threads()
+    calls = []
+    real = eng.kl_mc
+
+    def spy(flow, c_p, c_q, n, generator=None):
+        calls.append((c_p.detach().clone(), c_q.detach().clone(), n))
+        return real(flow, c_p, c_q, n, generator)
+
+    monkeypatch.setattr(eng, "kl_mc", spy)
+    K, r = 3, np.random.default_rng(2)
+    nom, fail = eng.two_moons(r, eng.N_NOMINAL, False), eng.two_moons(r, 8, True)
+    flow, _, _ = eng.train("betanf", nom, fail, K, 6, 0, "cpu", beta=1.0)
+    assert len(calls) == 6
+    for c_p, c_q, n in calls:
+        assert torch.equal(c_p.reshape(-1), torch.ones(K)) and torch.equal(c_q.reshape(-1), torch.zeros(K))
+        assert n == eng.KL_SAMPLES
+    calls.clear()
+    eng.train("calnf", nom, fail, K, 6, 0, "cpu", subsets=eng.make_subsets(r, 8, K))
+    assert len(calls) == 6
+    for c_p, c_q, _ in calls:
+        a, b = c_p.reshape(-1), c_q.reshape(-1)
+        assert sorted(a.tolist()) == [0.0] * (K - 1) + [1.0] and sorted(b.tolist()) == [0.0] * (K - 1) + [1.0]
+        assert not torch.equal(a, b)
+    monkeypatch.setattr(eng, "kl_mc", real)
+    # the direction matters: for a flow whose labels give different densities the two KLs differ
+    torch.manual_seed(3)
+    f = eng._build_flow(1).double()
+    with torch.no_grad():
+        for p in f.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    one, zero = torch.ones(1, 1, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64)
+    with torch.no_grad():
+        fwd = float(real(f, one, zero, 20000, torch.Generator().manual_seed(0))[0])
+        rev = float(real(f, zero, one, 20000, torch.Generator().manual_seed(0))[0])
+    assert abs(fwd - rev) > 0.05, (fwd, rev)

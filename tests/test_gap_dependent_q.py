@@ -643,3 +643,36 @@ def test_bound_rows_at_default_and_the_page_caption(default_result):
     assert "already exceeds the trivial bound T = KH for every group" in captions
     table = next(d.value for d in at.dataframe if eng.BOUND_ADV in d.value.index)
     assert eng.BOUND_HOEF in table.index and eng.TRIVIAL in table.index
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_every_badge_is_read_from_the_first_gap_groups_curves(default_result):
+    """Each badge says it is measured at the first gap (Δ = 0.25 at the default): recompute every measured
+    value from the plotted seed-mean curves (regret and switches at K, K/2, K/4, K/16 of the first group;
+    late regret of both groups for the 1/Δ badges) and compare. Catches a ratio computed on the other gap
+    group (the fake streams of the closed-form test are identical across groups, cannot tell them apart)."""
+    r = default_result
+    K = int(r.grid[-1])
+
+    def at(arr, ai, gi, k):
+        return float(arr[ai, gi, np.searchsorted(r.grid, k)])
+
+    R = {(ai, gi, q): at(r.regret, ai, gi, K // q)
+         for ai in range(3) for gi in range(2) for q in (1, 2, 4, 16)}
+    Sw = {(ai, q): at(r.switches, ai, 0, K // q) for ai in range(3) for q in (1, 2, 4)}
+    small, large = int(np.argmin(r.gaps)), int(np.argmax(r.gaps))
+    assert large == 0                                     # the default's first group is the larger gap
+    want = []
+    for ai in range(3):
+        want.append(np.sqrt((R[ai, 0, 1] - R[ai, 0, 4]) / (R[ai, 0, 4] - R[ai, 0, 16])))
+    for ai in range(3):
+        want.append((R[ai, small, 1] - R[ai, small, 4]) / (R[ai, large, 1] - R[ai, large, 4]))
+    for ai in (1, 2):
+        want.append(R[ai, 0, 1] / R[0, 0, 1])
+    want.append(Sw[1, 1] / Sw[0, 1])
+    want.append((Sw[1, 1] - Sw[1, 2]) / (Sw[1, 2] - Sw[1, 4]))
+    got = [c.measured for c in eng.claims(r)]
+    assert got == pytest.approx(want, rel=1e-9)
+    # the groups really differ at the default, so reading the wrong one would change the badges
+    assert abs(at(r.switches, 1, 1, K) / at(r.switches, 0, 1, K) - want[-2]) > 0.01

@@ -491,3 +491,42 @@ def test_quad_is_the_quadratic_form():
     x, M = rng.normal(size=(3, 7, 4)), rng.normal(size=(4, 4))
     ref = np.array([[x[i, j] @ M @ x[i, j] for j in range(7)] for i in range(3)])
     np.testing.assert_allclose(eng.quad(x, M), ref, rtol=1e-12, atol=1e-12)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_each_planned_variant_plans_from_its_own_state(monkeypatch):
+    """run_episode is a closed loop per variant: at every step each planner variant is planned from its OWN
+    current state with its own objective weights. The planner is replaced by a known deterministic law
+    that depends on the state and on the variant's (w_logp, w_basic) row; every variant's episode is then
+    replayed by hand on the plant s' = A s + B a + w with the same noise. Catches e.g. Greedy/Guided planned
+    from Residual's state (their paths would be open-loop and the Greedy-vs-Residual badge meaningless)."""
+    cfg = eng.Config(n_samples=16, horizon=5)
+    A, B = eng.dynamics_matrices()
+    seen = []
+
+    def law(s, w):                       # a = -K s + offset per variant weights, clipped to the action box
+        K = np.array([[0.8, 0.0, 1.1, 0.0], [0.0, 0.6, 0.0, 0.9]])
+        return np.clip(-s @ K.T + 0.7 * w[..., :1] - 0.4 * w[..., 1:], -eng.A_MAX, eng.A_MAX)
+
+    def fake(s0, prior, model, cost_w, cfg_like, rng, *args, **kw):
+        seen.append(np.array(s0, float))
+        return law(np.asarray(s0, float), cost_w), None
+
+    monkeypatch.setattr(eng, "mppi_update", fake)
+    noise = np.random.default_rng(4).normal(0.0, 0.05, size=(eng.N_STEPS, 4))
+    prior = eng.Prior(cfg.gamma)
+    plant = eng.true_plant(False)
+    ep = eng.run_episode(cfg, prior, plant, plant, np.random.default_rng(0), noise)
+    weights = {"Residual-MPPI": [cfg.w_logp, 0.0], "Greedy-MPPI": [0.0, 0.0], "Guided-MPPI": [0.0, 1.0]}
+    for v in eng.VARIANTS:
+        s, states = eng.S0.copy(), [eng.S0.copy()]
+        for t in range(eng.N_STEPS):
+            a = np.clip(-prior.K @ s, -2.0, 2.0) if v == "Prior" else law(s, np.array(weights[v]))
+            np.testing.assert_allclose(ep[v][1][t], a, atol=1e-12, err_msg=f"{v} step {t}")
+            s = A @ s + B @ a + noise[t]
+            states.append(s)
+        np.testing.assert_allclose(ep[v][0], np.array(states), atol=1e-9, err_msg=v)
+    # the variants really diverge, so planning from another variant's state would show
+    assert np.abs(ep["Greedy-MPPI"][0] - ep["Residual-MPPI"][0]).max() > 0.05
+    assert len(seen) == eng.N_STEPS and seen[0].shape == (3, 4)

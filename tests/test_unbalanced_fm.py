@@ -616,3 +616,28 @@ def test_page_tiles_valid_points_and_trajectories_follow_the_outputs(default_res
         np.testing.assert_allclose(values(end["x"]), traj[-1, :, 0])
         np.testing.assert_allclose(values(end["y"]), traj[-1, :, 1])
     assert not np.allclose(res.traj_standard[-1], res.traj_unbalanced[-1])
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_small_cutoff_redraws_until_a_full_batch_of_distinct_pairs():
+    """Spec pitfall: at a small τ one candidate block keeps fewer pairs than a batch; the sampler must draw
+    more blocks until at least `batch` pairs survive and return `batch` DISTINCT kept pairs (no resampling
+    with replacement from a tiny survivor set). Small blocks (16 x 16 candidates) make a single block keep
+    only ~0.2 · 256 ≈ 50 pairs at τ = 0.8 and ~3 pairs at τ = 0.2, far fewer than a batch of 256."""
+    mu0, mu1, w0, w1 = _params()
+
+    def src(r, n):
+        return eng.sample_mixture(r, n, mu0, w0, eng.SIGMA0)
+
+    for tau in (0.2, 0.8):
+        s = eng.PairSampler(np.random.default_rng(5), tau, src, mu1, w1, 0.05, batch=256, block=16)
+        x0, x1 = s.draw()
+        assert x0.shape == x1.shape == (256, 2)
+        assert np.all(np.linalg.norm(x1 - x0, axis=1) <= tau + 1e-9)
+        # continuous draws: a repeated pair can only come from resampling the survivors
+        assert len(np.unique(np.concatenate([x0, x1], 1), axis=0)) == 256, tau
+        assert s.kept >= 256, (s.kept, s.candidates)
+        # and the sampler's own acceptance count is consistent with the closed form's Z (many blocks drawn)
+        z = eng.closed_form(tau, mu0, mu1, w0, w1, eng.SIGMA0, 0.05)["Z"][0]
+        assert s.candidates >= 0.5 * 256 / z
