@@ -426,7 +426,7 @@ def test_irrep_energy_matches_isotypic_projectors_from_the_textbook_character_ta
 def test_with_nothing_explained_the_certified_margin_is_the_documented_residual_bound(method):
     """τ above 1 keeps no irrep part: the explained logits vanish and the residual E is U (bias = a neuron whose
     activation is 1) centred over the output. By the docstring, max_{c≠ab} E[c]·h is bounded by the smaller of
-    max_c ||E[c]|| ||h|| (or the operator-norm sum, which is only ever smaller) and Σ_k max_c E[c, k] h_k; so the certified
+    max_c ||E[c]|| ||h|| and Σ_k max_c E[c, k] h_k; so the certified
     margin is at least E[ab]·h minus the smaller of the two norms computed here, and at most the true margin."""
     G = g.symmetric_group(4)
     m, N = G.order, 10
@@ -679,7 +679,7 @@ def test_residual_bound_is_sound_when_the_unexplained_part_is_one_three_dim_irre
     logits are the characters z[c] = chi(c) (textbook values), so the true margin is chi(ab) - 3 for ab != e
     and 3 - 1 = 2 for ab = e. With nothing explained (tau > 1) the residual E = U must be bounded by
     max_c E[c].h <= min(max_c ||E[c]|| ||h||, sum_k max_c E[c, k] h_k) = min(3, 3) = 3; a norm bound below
-    max_c tr(rho(c)^T I) = 3 (e.g. an operator-norm term without its sqrt(d) factor) overstates the margin."""
+    max_c tr(rho(c)^T I) = 3 (e.g. a per-irrep operator-norm term missing its sqrt(d) factor) overstates the margin."""
     G = g.symmetric_group(4)
     m = G.order
     (ir,) = [r for r in g.irreps(4) if r.shape == (3, 1)]
