@@ -674,3 +674,36 @@ def test_page_text_quotes_the_relocated_ladder_progress_and_the_episode_length(d
     # one reward per step taken; the agent's column is logged once more (the start)
     assert len(ep["ac"]) == len(ep["rewards"]) + 1
     assert f"{len(ep['rewards'])} steps; the agent" in texts
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_object_state_names_the_nearest_ball_on_the_agents_floor_by_a_loop():
+    """z[:, 3:6] (signed offset / 8, direction, present) is the ball on the agent's floor NEAREST to the
+    agent, found here by a plain loop over the balls; "two balls" puts two balls on floor 1, so the choice
+    matters there (a signed argmin would pick the leftmost ball, not the nearest)."""
+    rng = np.random.default_rng(7)
+    env = eng.Climber(400, "two balls", rng, auto_reset=False)
+    env.af[:] = rng.integers(0, eng.FLOORS, 400)
+    env.ac[:] = rng.integers(0, eng.COLS, 400)
+    env.bc[:] = rng.integers(0, eng.COLS, env.bc.shape)
+    env.bd[:] = rng.choice((-1, 1), env.bd.shape)
+    z = env.objects()
+    tested_two = 0
+    for i in range(400):
+        best = None
+        for j in range(env.k):
+            if env.bfloor[j] == env.af[i]:
+                off = int(env.bc[i, j] - env.ac[i])
+                if best is None or abs(off) < abs(best[0]):
+                    best = (off, int(env.bd[i, j]))
+        if best is None:
+            assert z[i, 5] == 0.0 and z[i, 3] == 9 / 8 and z[i, 4] == 0.0, i
+            continue
+        assert z[i, 5] == 1.0, i
+        assert abs(z[i, 3] * 8) == abs(best[0]), (i, z[i, 3] * 8, best)
+        offs = [int(env.bc[i, j] - env.ac[i]) for j in range(env.k) if env.bfloor[j] == env.af[i]]
+        if len(offs) == 2 and abs(offs[0]) != abs(offs[1]):     # a unique nearest ball: offset and direction
+            tested_two += 1
+            assert round(float(z[i, 3] * 8)) == best[0] and z[i, 4] == best[1], (i, offs)
+    assert tested_two > 20                       # the two-balls floor was exercised

@@ -534,3 +534,43 @@ def test_page_scene_view_ranked_colours_and_realism_bars(default_result):
     assert r.worse_than_reference == worse and "w1_accel" in worse      # measured 0.199 vs 0.033 at the default
     assert f"W1 acceleration (m/s²) {dpa['w1_accel']:.3g} vs the reference's {ref['w1_accel']:.3g}" in caps
     assert "is more than 10 % worse than the pre-trained reference on" in caps
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_both_methods_get_the_pairs_the_spec_defines(monkeypatch):
+    """The DPO data of both methods, rebuilt here from fresh reference rollouts: DPA-OMF prefers each
+    scene's rank 1 and 2 rollouts (smallest OMF distance to the scene's own log) over its ranks K and K -
+    1; the adversarial baseline has the same budget and the same rejected rollouts (ranks K and K - 1) but
+    always prefers the scene's expert log. Rejecting the best-ranked rollouts instead would make the
+    baseline look far worse than it is."""
+    seen = []
+    real = eng._dpo
+
+    def spy(ref, data, cfg, steps, progress, marks=()):
+        seen.append([x.detach().clone() for x in data])
+        return real(ref, data, cfg, steps, progress, marks)
+
+    monkeypatch.setattr(eng, "_dpo", spy)
+    cfg = eng.Config(n_scenes=16, k_samples=4, dpo_steps=0)
+    eng.run(cfg)
+    assert len(seen) == 2
+    M, K = cfg.n_scenes, cfg.k_samples
+    train, _ = eng._banks()
+    order = np.random.default_rng(cfg.seed).permutation(eng.N_TRAIN_SCENES)[:M]
+    init = torch.as_tensor(train["init"][order], dtype=torch.float32)
+    init = init[:, None].expand(M, K, eng.N_AGENTS, 3).reshape(M * K, eng.N_AGENTS, 3)
+    S, _, T, _ = eng.rollout(eng.load_reference(), init, torch.Generator().manual_seed(cfg.seed))
+    T = T.reshape(M, K, eng.HORIZON, eng.N_AGENTS)
+    d = eng.omf_distance(S.numpy(), np.repeat(train["states"][order], K, 0), cfg.event_weight).reshape(M, K)
+    rank = np.argsort(d, 1)
+    def ranked(j):                          # every scene's rollout at rank position j, scene by scene
+        return torch.stack([T[i, rank[i, j]] for i in range(M)])
+
+    want_w = torch.cat([ranked(0), ranked(1)])
+    want_l = torch.cat([ranked(-1), ranked(-2)])
+    expert = torch.as_tensor(train["tokens"][order])
+    (_, tw, _, tl), (_, aw, _, al) = seen
+    assert torch.equal(tw, want_w) and torch.equal(tl, want_l)      # DPA-OMF: best two vs worst two
+    assert torch.equal(aw, torch.cat([expert, expert]))             # adversarial: the expert log wins...
+    assert torch.equal(al, want_l)                                  # ...over the same worst two rollouts

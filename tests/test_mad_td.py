@@ -676,3 +676,36 @@ def test_page_shows_the_results_numbers(default_result):
     assert set(sl) == set(res.slice_q)
     for name, q in res.slice_q.items():
         np.testing.assert_allclose(sl[name], q, rtol=1e-6)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_td_target_queries_the_target_critic_at_pi_of_the_next_state(monkeypatch):
+    """y = r + γ Q̄(s', π(s')): every critic update asks the TARGET critic exactly once, and the actions
+    it asks about are -K* s' at the very states it is asked about (the next states), for real-only and
+    MAD-TD rows alike. Checked by recording the critic's queries, against K* from scipy's Riccati solver
+    (not the engine's)."""
+    import scipy.linalg
+
+    g = 0.9
+    sA, sB = np.sqrt(g) * eng.A_DYN, np.sqrt(g) * eng.B_DYN
+    P = scipy.linalg.solve_discrete_are(sA, sB, eng.Q_C, np.array([[eng.R_C]]))
+    k_star = np.linalg.solve(eng.R_C + sB.T @ P @ sB, sB.T @ P @ sA)[0]    # the same u = -K x when scaled
+    calls = []
+    real_q = eng.Critics.q
+
+    def spy(self, s, a, target=False):
+        calls.append((np.array(s, float), np.array(a, float), target, np.abs(self.tflat - self.flat).max()))
+        return real_q(self, s, a, target=target)
+
+    monkeypatch.setattr(eng.Critics, "q", spy)
+    cfg = eng.Config(env_steps=100, n_seeds=2, utd=2, width=16, gamma=g)
+    variants = [("real only", 0.0, 0.0, False), ("MAD-TD", 0.05, 0.0, False)]
+    eng.train(cfg, cfg.utd, variants, np.random.default_rng(5))
+    tgt = [c for c in calls if c[2]]
+    assert len(tgt) == cfg.utd * (cfg.env_steps - eng.WARMUP + 1)      # one target query per critic update
+    for k, (s, a, _, gap) in enumerate(tgt):
+        assert s.shape == (4, eng.BATCH, 2) and a.shape == (4, eng.BATCH)
+        np.testing.assert_allclose(a, -s @ k_star, rtol=1e-6, atol=1e-9)
+        if k > 0:
+            assert gap > 0                      # a Polyak-lagged target, not a copy of the online critic

@@ -669,3 +669,63 @@ def test_page_waveforms_are_the_players_clips(default_result):
         np.testing.assert_allclose(y, np.clip(res.audio[t["name"]], -1, 1), rtol=1e-6)
         x = values(t["x"])
         assert len(x) == len(y) and x[0] == 0 and x[1] == pytest.approx(1 / eng.SR)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_rf_training_input_runs_from_noise_at_t0_to_data_at_t1_like_the_sampler():
+    """The training loss and the sampler must share one time convention: the sampler starts at z0 (noise)
+    at t = grid[0] = 0 and integrates to t = 1, so training must feed the network z_t = t z1 + (1 - t) z0
+    (the noise at t = 0, the data at t = 1) with the clip's t for every band, that clip's Mel and the band
+    index, and regress onto u = z1 - z0. Recorded from the network's inputs, against the formula written
+    here."""
+    z0, z1, mel = _pair(seed=4, nc=3)
+    nc, nb, ch, nt = z1.shape
+    mean, std = torch.zeros(2, eng.N_BINS), torch.ones(2, eng.N_BINS)
+    t = torch.tensor([0.0, 0.3, 1.0])
+    seen = {}
+
+    def model(zt, tt, m, b):
+        seen.update(zt=zt.clone(), t=tt.clone(), mel=m.clone(), band=b.clone())
+        return (z1 - z0).reshape(nc * nb, ch, nt)          # the exact velocity: every loss part must vanish
+
+    _, parts = eng.rf_losses(model, z1, mel, mean, std, t=t, z0=z0)
+    zt = seen["zt"].reshape(nc, nb, ch, nt)
+    for c in range(nc):
+        want = float(t[c]) * z1[c] + (1 - float(t[c])) * z0[c]
+        torch.testing.assert_close(zt[c], want, rtol=0, atol=1e-6)
+        for k in range(nb):
+            i = c * nb + k
+            assert float(seen["t"][i]) == float(t[c]) and int(seen["band"][i]) == k
+            assert torch.equal(seen["mel"][i], mel[c])
+    assert torch.equal(zt[0], z0[0]) and torch.equal(zt[2], z1[2])    # t = 0: pure noise; t = 1: the data
+    assert parts["rf"] < 1e-10
+
+
+def test_sampler_gives_every_row_its_own_band_index_clip_mel_and_noise():
+    """Batched sampling stacks the bands of all clips clip by clip (row = clip * NUM_BANDS + band, as
+    ``split_bands`` and ``merge_bands`` lay them out): each network call must get, for every row, that band's
+    index, that clip's Mel and the shared time t. Today only a recorded-metrics snapshot notices when the band
+    indices run in the other order (band-major); this reads the network's inputs directly."""
+    voc = eng.load_vocoder()
+    _, mel = voc.prepare([eng.synth_clip(0), eng.synth_clip(1), eng.synth_clip(2)])
+    nc = mel.shape[0]
+    seen = []
+    real = voc.model
+
+    def spy(z, t, m, b):
+        seen.append((z.clone(), t.clone(), m.clone(), b.clone()))
+        return real(z, t, m, b)
+
+    voc.model = spy
+    try:
+        voc.sample(mel, n_steps=2, noise_seed=1)
+    finally:
+        voc.model = real
+    assert len(seen) == 2
+    z0 = voc.noise_z0(mel, 1).reshape(nc * eng.NUM_BANDS, eng.CH, -1)
+    assert torch.equal(seen[0][0], z0)                            # the first step starts from this noise
+    for _z, t, m, b in seen:
+        for i in range(nc * eng.NUM_BANDS):
+            assert int(b[i]) == i % eng.NUM_BANDS and torch.equal(m[i], mel[i // eng.NUM_BANDS])
+        assert len(set(t.tolist())) == 1
