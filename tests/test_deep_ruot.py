@@ -515,3 +515,70 @@ def test_page_growth_map_transitions_and_tiles(default_result):
     tiles = {t.label: t.value for t in at.metric}
     assert tiles["B → A share, DeepRUOT"] == f"{bars['DeepRUOT']['B → A']:.3f}"
     assert tiles["B → A share, baseline"] == f"{base['B → A']:.3f}"
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_mass_badge_reads_every_snapshot_including_the_last(monkeypatch):
+    """At the default the worst snapshot is t = 2, so a badge that skipped t = 3 would read the same number.
+    Here DeepRUOT's rollout weights at the last step (t = 3) are scaled by 1.3: the worst relative error over
+    t = 1, 2, 3, recomputed from the rollout weights at the snapshot times against round(N_0 cosh(gamma t)) /
+    N_0, is then at t = 3, and the badge must report it (and fail)."""
+    real = eng._rollout
+
+    def skewed(torch_, v, g, x0, n0, dt, alpha):
+        P, W, e = real(torch_, v, g, x0, n0, dt, alpha)
+        if g is not None:      # DeepRUOT only; the baseline has no growth net
+            W = W.copy()
+            W[-1] *= 1.3
+        return P, W, e
+
+    monkeypatch.setattr(eng, "_rollout", skewed)
+    cfg = eng.Config()
+    r = eng.run(cfg)
+    data = np.array([round(cfg.n0 * math.cosh(cfg.gamma * t)) for t in eng.TIMES]) / cfg.n0
+    idx = [int(np.flatnonzero(np.isclose(r.traj_t, t))[0]) for t in eng.TIMES]
+    mass = r.weights["DeepRUOT"].astype(np.float64).sum(1)[idx]
+    errs = np.abs(mass - data) / data
+    assert errs[0] < 1e-5 and np.argmax(errs) == 3 and errs[3] > 0.2
+    assert r.metrics["mass_err_max"] == pytest.approx(errs[1:].max(), rel=1e-4)
+    for k in (1, 2, 3):
+        assert r.metrics[f"mass_err_t{k}"] == pytest.approx(errs[k], rel=1e-4, abs=1e-6)
+    (badge,) = [c for c in eng.claims(r) if c.label.startswith("worst relative mass error")]
+    assert not badge.passed and badge.measured == pytest.approx(errs[3], rel=1e-4)
+
+
+def test_growth_correlation_scores_cells_on_their_true_cluster_when_clusters_overlap(monkeypatch):
+    """With wide clusters (sigma_true = 0.5) some of A's cells lie right of x1 = 0 at late times. The Pearson
+    badge compares g_net on every snapshot cell with g* of the cell's TRUE cluster (+gamma for A, -gamma for
+    B; the generator writes A's cells first), recomputed here with numpy from the trained growth net; scoring
+    by the side of x1 = 0 instead gives another number."""
+    import torch
+
+    nets = []
+    real = eng._nets
+
+    def spy(torch_, growth):
+        v, g = real(torch_, growth)
+        if growth:
+            nets.append(g)
+        return v, g
+
+    monkeypatch.setattr(eng, "_nets", spy)
+    cfg = eng.Config(sigma_true=0.5, iters=20, baseline=False)
+    r = eng.run(cfg)
+    assert not r.pretrained and len(nets) == 1
+    g_net = nets[0]
+    g_all, by_member, by_side = [], [], []
+    for t, s, (n_a, _) in zip(eng.TIMES, r.snapshots, eng.cluster_counts(cfg.n0, cfg.gamma)):
+        with torch.no_grad():
+            g = g_net(torch.as_tensor(np.c_[s, np.full(len(s), t)], dtype=torch.float32)).double().numpy()
+        in_a = np.arange(len(s)) < n_a
+        g_all.append(g)
+        by_member.append(np.where(in_a, cfg.gamma, -cfg.gamma))
+        by_side.append(np.where(s[:, 0] < 0, cfg.gamma, -cfg.gamma))
+    g_all, by_member, by_side = map(np.concatenate, (g_all, by_member, by_side))
+    assert (by_member != by_side).sum() >= 4          # the clusters do overlap here
+    want = np.corrcoef(g_all, by_member)[0, 1]
+    assert r.metrics["g_corr"] == pytest.approx(want, abs=1e-4)
+    assert abs(np.corrcoef(g_all, by_side)[0, 1] - want) > 1e-3

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.linalg
+from scipy.spatial import cKDTree
 
 from engine import densematcher as eng
 from engine.core import InputError
@@ -493,3 +494,31 @@ def test_page_colour_views_error_panels_and_tiles_follow_the_result(default_resu
     assert [d.get("scene", "scene") for d in pts] == ["scene", "scene2"]
     np.testing.assert_allclose(values(pts[0]["marker"]["color"]), r.err_xyz, rtol=1e-6)
     np.testing.assert_allclose(values(pts[1]["marker"]["color"]), r.err_final, rtol=1e-6)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_spectral_icp_iterates_from_the_latest_point_map():
+    """Two spectral-ICP steps, replayed here with scipy: step s takes the k x k map induced by the point map
+    of step s - 1 (Phi_2^T M_2 Pi Phi_1), replaces it by its nearest orthogonal matrix (orthogonal Procrustes)
+    and turns it back into a point map by nearest rows (a k-d tree here). The second step must start from the
+    first step's point map, not from the initial one (then every step after the first would repeat it)."""
+    cfg = eng.Config(n_vertices=600, refine="icp", refine_steps=2)
+    src, tgt, truth, _ = eng.make_pair(cfg)
+    res = eng.match(cfg, src, tgt, truth)
+    k = cfg.k
+    n_eig = max(k, eng.N_DESC_EIG)
+    _, ph1, _ = eng._spectral(src, n_eig)
+    _, ph2, m2 = eng._spectral(tgt, n_eig)
+    tree = cKDTree(ph1[:, :k])
+    T = res.map_init.astype(np.int64)
+    for _ in range(cfg.refine_steps):
+        induced = ph2[:, :k].T @ (m2[:, None] * ph1[T, :k])
+        R, _ = scipy.linalg.orthogonal_procrustes(np.eye(k), induced)
+        T = tree.query(ph2[:, :k] @ R)[1]
+    np.testing.assert_allclose(res.C_final, R, atol=1e-5)
+    assert np.mean(res.map_final == T) > 0.99
+    # the second step did something: its point map differs from the first step's
+    R1, _ = scipy.linalg.orthogonal_procrustes(
+        np.eye(k), ph2[:, :k].T @ (m2[:, None] * ph1[res.map_init.astype(np.int64), :k]))
+    assert np.abs(R - R1).max() > 1e-3

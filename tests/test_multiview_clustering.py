@@ -6,6 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 from sklearn.cross_decomposition import CCA
 from sklearn.metrics import normalized_mutual_info_score
 
@@ -364,3 +365,31 @@ def test_page_scores_colours_and_confusion_follow_the_result(default_result):
     z = values(next(t for t in figs["confusion"] if t["type"] == "heatmap")["z"])
     np.testing.assert_array_equal(z.sum(axis=1), np.bincount(y, minlength=len(z)))
     assert np.trace(z) / len(y) == pytest.approx(acc)
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_cross_entropy_trains_the_head_on_fused_and_per_view_logits(monkeypatch):
+    """Every cross-entropy call after the warm-up gets three blocks of logits for the same pseudo-labelled
+    samples: fused, view 1 alone, view 2 alone, with the same targets. The head is linear (with a bias), so
+    head((h1 + h2) / 2) = (head(h1) + head(h2)) / 2: the fused block must be the mean of the two view blocks,
+    and the view blocks must differ from it (a head trained on the fused logits three times would pass the
+    first check only)."""
+    calls = []
+
+    class Recording(torch.nn.CrossEntropyLoss):
+        def forward(self, inp, target):
+            calls.append((inp.detach().clone(), target.clone()))
+            return super().forward(inp, target)
+
+    monkeypatch.setattr(torch.nn, "CrossEntropyLoss", Recording)
+    cfg = eng.Config(n_samples=400, epochs=40, warmup=20, clusters=5, permute=False)
+    eng.run(cfg)
+    assert len(calls) >= cfg.epochs - cfg.warmup - 2
+    for inp, t in calls[-3:]:
+        m = len(t) // 3
+        assert len(t) == 3 * m and m > 0
+        assert torch.equal(t[:m], t[m:2 * m]) and torch.equal(t[:m], t[2 * m:])
+        fused, v1, v2 = inp[:m], inp[m:2 * m], inp[2 * m:]
+        np.testing.assert_allclose(fused.numpy(), ((v1 + v2) / 2).numpy(), atol=1e-5)
+        assert float((v1 - fused).abs().max()) > 1e-2 and float((v2 - fused).abs().max()) > 1e-2

@@ -387,3 +387,87 @@ def test_page_without_mup_draws_the_first_chosen_curves():
         c = res.curves[sp, j]
         np.testing.assert_allclose(curves[f"width {w}"], np.where(np.isfinite(c), c, np.nan))   # diverged: gap
     assert any("SP: training loss" in h.value for h in at.get("html"))
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def test_tanh_pc_inference_reaches_the_energy_minimum_found_by_autograd():
+    """Deep tanh net at gamma = 1 (far from the small-gamma backprop limit): many PC inference steps must end
+    at the minimiser of E(u) = sum_l 1/2 |u_l - W_l phi(u_{l-1})|^2 + gamma/2 |y - W_L phi(u_{L-1})|^2, found
+    here by L-BFGS on E through autograd; the returned updates are then eps_l phi(u_{l-1})^T / B at that
+    minimiser. The inference step's tanh' must be taken at the current value state (the energy's gradient),
+    not a stale one."""
+    torch.manual_seed(1)
+    act, dact = eng._tanh()
+    dims = [(6, 8), (8, 8), (8, 3)]
+    ws = [1.5 * torch.randn(1, fo, fi, dtype=torch.float64) / np.sqrt(fi) for fi, fo in dims]
+    x = torch.randn(1, 5, 6, dtype=torch.float64)
+    y = 2.0 * torch.randn(1, 5, 3, dtype=torch.float64)
+    gamma = 1.0
+    ups = eng.pc_update(ws, x, y, gamma, 0.1, 3000, act, dact)
+
+    W = [w[0] for w in ws]
+    xs, ys = x[0], y[0]
+    h1 = xs @ W[0].T
+    u1 = h1.clone().requires_grad_(True)
+    u2 = (torch.tanh(h1) @ W[1].T).clone().requires_grad_(True)
+
+    def energy():
+        e = 0.5 * ((u1 - xs @ W[0].T) ** 2).sum() + 0.5 * ((u2 - torch.tanh(u1) @ W[1].T) ** 2).sum()
+        return e + 0.5 * gamma * ((ys - torch.tanh(u2) @ W[2].T) ** 2).sum()
+
+    opt = torch.optim.LBFGS([u1, u2], lr=1.0, max_iter=500, tolerance_grad=1e-13, tolerance_change=1e-15,
+                            line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        e = energy()
+        e.backward()
+        return e
+
+    opt.step(closure)
+    with torch.no_grad():
+        e1 = u1 - xs @ W[0].T
+        e2 = u2 - torch.tanh(u1) @ W[1].T
+        e3 = gamma * (ys - torch.tanh(u2) @ W[2].T)
+        want = [e1.T @ xs / 5, e2.T @ torch.tanh(u1) / 5, e3.T @ torch.tanh(u2) / 5]
+        # the minimiser is far from the feed-forward state, so this is not the small-gamma regime
+        assert float(e2.abs().max()) > 0.05
+    for got, ref in zip(ups, want):
+        np.testing.assert_allclose(got[0].numpy(), ref.numpy(), atol=1e-7)
+
+
+def test_pc_inference_steps_by_hand_all_layers_in_parallel():
+    """T = 1, 2, 3 inference steps of a 3-layer tanh net at gamma = 2, kappa = 0.3, written out here: start
+    from the feed-forward values; each step computes every error from the current values, then moves every
+    hidden value at once, u_l <- u_l - kappa (eps_l - tanh'(u_l) * W_{l+1}^T eps_{l+1}); the weight updates
+    use the errors of the final values, eps_l phi(u_{l-1})^T / B. After one step the error has not yet reached
+    layer 1, so W_1's update is 0."""
+    torch.manual_seed(2)
+    act, dact = eng._tanh()
+    dims = [(5, 7), (7, 6), (6, 3)]
+    W = [torch.randn(fo, fi, dtype=torch.float64) / np.sqrt(fi) for fi, fo in dims]
+    x = torch.randn(4, 5, dtype=torch.float64)
+    y = torch.randn(4, 3, dtype=torch.float64)
+    gamma, kappa, B = 2.0, 0.3, 4
+
+    def by_hand(T):
+        u1 = x @ W[0].T
+        u2 = torch.tanh(u1) @ W[1].T
+
+        def errs(u1, u2):
+            return (u1 - x @ W[0].T, u2 - torch.tanh(u1) @ W[1].T, gamma * (y - torch.tanh(u2) @ W[2].T))
+
+        for _ in range(T):
+            e1, e2, e3 = errs(u1, u2)
+            u1, u2 = (u1 - kappa * (e1 - (1 - torch.tanh(u1) ** 2) * (e2 @ W[1])),
+                      u2 - kappa * (e2 - (1 - torch.tanh(u2) ** 2) * (e3 @ W[2])))
+        e1, e2, e3 = errs(u1, u2)
+        return [e1.T @ x / B, e2.T @ torch.tanh(u1) / B, e3.T @ torch.tanh(u2) / B]
+
+    got = {}
+    for T in (1, 2, 3):
+        got[T] = eng.pc_update([w[None] for w in W], x[None], y[None], gamma, kappa, T, act, dact)
+        for g, want in zip(got[T], by_hand(T)):
+            np.testing.assert_allclose(g[0].numpy(), want.numpy(), rtol=1e-10, atol=1e-12, err_msg=f"T = {T}")
+    assert float(got[1][0].abs().max()) == 0.0 and float(got[2][0].abs().max()) > 1e-4
