@@ -647,3 +647,73 @@ def test_page_legend_rates_colours_and_gradient_picture_follow_the_result(defaul
     colour = {n.split(" (lr")[0]: d["line"]["color"] for n, d in loss.items()}
     for d in figs["err"]["data"]:
         assert d["line"]["color"] == colour[d["name"]], d["name"]
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def _hand_mlp_sgd(p, method, lr, steps, s, record=False):
+    """The MLP setting by hand, SGD: one adapter per layer, every layer stepped from the same backprop
+    gradients (p.loss_grads, finite-difference-checked); LoRA g_A = s Bᵀg, g_B = s g Aᵀ; LoRA-Pro Thm 2.1 with
+    scipy's Sylvester X of Thm 2.2 (B = 0: G_A = 0, G_B = s⁻¹ g Aᵀ(AAᵀ)⁻¹), both factors from the gradient at
+    the current (A, B); inverses pinv(M + δI) as the spec prescribes. With record, the total e(t) = ‖g̃ −
+    g‖/‖g‖ over all layers of the run's own surrogate (g̃_LoRA = s²(BBᵀg + gAᵀA), g̃_pro = P_B g + g P_A − P_B
+    g P_A). Returns (losses, e)."""
+    def inv(M_):
+        return np.linalg.pinv(M_ + 1e-8 * np.eye(len(M_)))
+
+    As = [a.copy() for a in p.A0]
+    Bs = [np.zeros((w.shape[0], a.shape[0])) for w, a in zip(p.W0, p.A0)]
+    losses, errs = [], []
+    for t in range(steps + 1):
+        loss, grads = p.loss_grads([w0 + s * B @ A for w0, A, B in zip(p.W0, As, Bs)])
+        losses.append(loss)
+        if not np.isfinite(loss) or loss > 1e6 * losses[0]:
+            return np.array(losses[:-1] + [np.inf]), None
+        if t == steps:
+            break
+        d2, g2 = 0.0, 0.0
+        for li, g in enumerate(grads):
+            A, B = As[li], Bs[li]
+            AAti = inv(A @ A.T)
+            gA, gB = s * B.T @ g, s * g @ A.T
+            if method == "lora":
+                GA, GB = gA, gB
+                geq = s**2 * (B @ B.T @ g + g @ A.T @ A)
+            else:
+                PA = A.T @ AAti @ A
+                PB = B @ inv(B.T @ B) @ B.T if np.any(B) else np.zeros((len(B), len(B)))
+                geq = PB @ g + g @ PA - PB @ g @ PA
+                if not np.any(B):
+                    GA, GB = np.zeros_like(A), g @ A.T @ AAti / s
+                else:
+                    BtBi = inv(B.T @ B)
+                    X = scipy.linalg.solve_sylvester(B.T @ B, A @ A.T, -BtBi @ gA @ A.T / s**2)
+                    GA = BtBi @ gA / s**2 + X @ A
+                    GB = (np.eye(len(B)) - B @ BtBi @ B.T) @ gB @ AAti / s**2 - B @ X
+            d2 += np.sum((geq - g) ** 2)
+            g2 += np.sum(g**2)
+            As[li], Bs[li] = A - lr * GA, B - lr * GB
+        errs.append(np.sqrt(d2 / g2))
+    return np.array(losses), np.array(errs) if record else None
+
+
+def test_mlp_sgd_sweep_curves_and_error_curves_match_a_hand_replay():
+    """MLP page under SGD (30 steps): the grid is half the linear SGD grid; LoRA's and LoRA-Pro's final loss
+    at every rate, the loss curves at the winning rates and the e(t) curves (recorded along each method's own
+    best-rate run) against the hand replay above. Only full FT had a hand check in the MLP setting before."""
+    cfg = eng.Config(model="mlp", steps=30)
+    res = eng.run(cfg)
+    p = eng.make_mlp_problem(eng.seed_everything(cfg.seed), cfg.target_rank, cfg.cond, cfg.noise, cfg.rank)
+    grid = [0.5 * lr for lr in eng.LR_GRIDS["sgd"]["medium"]]
+    np.testing.assert_allclose(res.lr_grid, grid)
+    for m in ("lora", "lorapro"):
+        runs = [_hand_mlp_sgd(p, m, lr, cfg.steps, cfg.scale)[0] for lr in grid]
+        finals = np.array([r[-1] for r in runs])
+        np.testing.assert_allclose(res.final_by_lr[m], finals, rtol=1e-6, err_msg=m)
+        best = int(np.argmin(finals))
+        assert res.best_lr[m] == grid[best]
+        losses, errs = _hand_mlp_sgd(p, m, grid[best], cfg.steps, cfg.scale, record=True)
+        np.testing.assert_allclose(res.loss[m], losses, rtol=1e-6, err_msg=m)
+        np.testing.assert_allclose(res.err[m], errs, rtol=1e-5, atol=1e-9, err_msg=m)
+    # the two methods win at different rates here, so e(t) along the wrong run would show
+    assert res.best_lr["lora"] != res.best_lr["lorapro"]

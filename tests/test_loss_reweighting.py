@@ -617,3 +617,83 @@ def test_page_draws_the_picked_strategies_snapshot_and_late_share(default_result
         name, (x, y) = next((k, v) for k, v in fits.items() if k.startswith(f"straight-line fit, f = {f:g}:"))
         slope = (y[-1] - y[0]) / (x[-1] - x[0])
         assert name.endswith(f": {100 * slope:.3f} per 100 steps (bound {100 * pr:.3f})"), name
+
+
+# ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
+
+def _hand_mlp_run(X, y, Xt, yt, name, cfg):
+    """MLP setting by plain loops, one (seed, strategy) at a time: init from default_rng(seed·1000 + 777) (all
+    W1 of the S seeds, then all W2), seed j's batches from default_rng(seed·1000 + j), uniform weights during
+    the warm-up and the spec's min-max → shape → tempered softmax after it, backprop of Σ w_b ½ res_b² written
+    out here, Adam (0.9, 0.999, 1e-8) with a cosine-decayed rate. Returns log10 test loss (S, logged steps).
+    """
+    S, T, B, D, H = cfg.seeds, cfg.steps, cfg.batch, eng.MLP_D, eng.MLP_H
+    init = np.random.default_rng(cfg.seed * 1000 + 777)
+    W1s = init.normal(size=(S, 1, D, H)) / np.sqrt(D)
+    W2s = init.normal(size=(S, 1, H)) / np.sqrt(H)
+    out = []
+    for j in range(S):
+        P = [W1s[j, 0].copy(), np.zeros(H), W2s[j, 0].copy(), 0.0]
+        M = [0 * np.asarray(p, float) for p in P]
+        V = [0 * np.asarray(p, float) for p in P]
+        gen = np.random.default_rng(cfg.seed * 1000 + j)
+
+        def held_out_loss(P=P):        # the same list, updated in place below
+            pred = np.tanh(Xt @ P[0] + P[1]) @ P[2] + P[3]
+            return np.log10(0.5 * np.mean((pred - yt) ** 2))
+
+        ev = [held_out_loss()]
+        for t in range(T):
+            idx = gen.integers(0, len(y), B)
+            xb = X[idx]
+            h = np.tanh(xb @ P[0] + P[1])
+            res = h @ P[2] + P[3] - y[idx]
+            ell = 0.5 * res**2
+            if t < cfg.warmup:
+                w = np.full(B, 1 / B)
+            else:
+                hh = 2 * (ell - ell.min()) / max(ell.max() - ell.min(), 1e-6) - 1
+                f = {"uniform": 0 * hh, "linupper": np.minimum(hh + 1, 1), "quadratic": 1 - hh**2,
+                     "extremes": np.abs(hh), "lowfirst": -hh}[name]
+                e = np.exp((f - f.max()) / cfg.temperature)
+                w = e / e.sum()
+            d = w * res
+            dz = d[:, None] * P[2][None, :] * (1 - h**2)
+            G = [xb.T @ dz, dz.sum(0), h.T @ d, d.sum()]
+            lr = eng.MLP_LR * 0.5 * (1 + np.cos(np.pi * t / T))
+            for i in range(4):
+                M[i] = 0.9 * M[i] + 0.1 * G[i]
+                V[i] = 0.999 * V[i] + 0.001 * G[i] ** 2
+                mhat, vhat = M[i] / (1 - 0.9 ** (t + 1)), V[i] / (1 - 0.999 ** (t + 1))
+                P[i] = P[i] - lr * mhat / (np.sqrt(vhat) + 1e-8)
+            if (t + 1) % eng.MLP_EVERY == 0 or t == T - 1:
+                ev.append(held_out_loss())
+        out.append(ev)
+    return np.array(out)
+
+
+def test_mlp_training_matches_a_hand_replay_with_warmup():
+    """The MLP curves against plain loops (every strategy, 2 seeds, 60 steps, the first 30 uniform): warm-up,
+    the per-run min-max normalisation of that run's own batch losses, the tempered softmax and evaluation on
+    the held-out teacher inputs are all checked (the previous tests only cover the MLP gradient and the
+    default-config badge)."""
+    cfg = eng.Config(setting="mlp", steps=60, warmup=30, seeds=2, batch=16, temperature=0.5)
+    res = eng.run(cfg)
+    X, y, _, Xt, yt = eng.make_mlp_data(np.random.default_rng(cfg.seed), cfg.frac_redundant)
+    curves = {}
+    for s in eng.STRATEGIES:
+        ev = _hand_mlp_run(X, y, Xt, yt, s, cfg)
+        curves[s] = ev
+        np.testing.assert_allclose(res.log_err_mean[s], ev.mean(0), rtol=1e-7, atol=1e-9, err_msg=s)
+        np.testing.assert_allclose(res.final_by_seed[s], ev[:, -1], rtol=1e-7, atol=1e-9, err_msg=s)
+    # the check has teeth: after the warm-up the weighted runs have left uniform's curve
+    assert np.abs(curves["linupper"][:, -1] - curves["uniform"][:, -1]).max() > 1e-3
+
+
+def test_mlp_redundant_rows_are_copies_of_few_inputs():
+    """The MLP setting's premise: the redundant share of the rows are copies of only N_EASY distinct inputs
+    (the informative rows are all distinct), counted here with numpy."""
+    X, y, groups, Xt, yt = eng.make_mlp_data(np.random.default_rng(0), 0.7)
+    assert (groups == 0).sum() == round(0.7 * eng.N_TRAIN)
+    assert len(np.unique(X[groups == 0], axis=0)) <= eng.N_EASY
+    assert len(np.unique(X[groups == 1], axis=0)) == (groups == 1).sum()
