@@ -16,6 +16,19 @@ def test_claims_pass_at_default(default_result):
         assert c.passed, c.describe()
 
 
+def _hand_factor_grads(method, A, B, g, s, AAti, inv):
+    """The factor updates of one step, written from the paper: LoRA g_A = s Bᵀg, g_B = s g Aᵀ; LoRA-Pro Thm 2.1
+    with the Sylvester X of Thm 2.2 (scipy's solver; B = 0: G_A = 0, G_B = s⁻¹ g Aᵀ(AAᵀ)⁻¹)."""
+    gA, gB = s * B.T @ g, s * g @ A.T
+    if method == "lora":
+        return gA, gB
+    if not np.any(B):
+        return np.zeros_like(A), g @ A.T @ AAti / s
+    BtBi = inv(B.T @ B)
+    X = scipy.linalg.solve_sylvester(B.T @ B, A @ A.T, -BtBi @ gA @ A.T / s**2)
+    return BtBi @ gA / s**2 + X @ A, (np.eye(len(B)) - B @ BtBi @ B.T) @ gB @ AAti / s**2 - B @ X
+
+
 def _random(seed, m=6, n=5, r=2):
     rng = np.random.default_rng(seed)
     return rng.normal(size=(r, n)), rng.normal(size=(m, r)), rng.normal(size=(m, n))
@@ -423,16 +436,7 @@ def _hand_run(p, method, lr, steps, s):
         if method == "full":
             W = W - lr * g
             continue
-        gA, gB = s * B.T @ g, s * g @ A.T
-        if method == "lora":
-            GA, GB = gA, gB
-        elif not np.any(B):
-            GA, GB = np.zeros_like(A), g @ A.T @ AAti / s
-        else:
-            BtBi = inv(B.T @ B)
-            X = scipy.linalg.solve_sylvester(B.T @ B, A @ A.T, -BtBi @ gA @ A.T / s**2)
-            GA = BtBi @ gA / s**2 + X @ A
-            GB = (np.eye(len(B)) - B @ BtBi @ B.T) @ gB @ AAti / s**2 - B @ X
+        GA, GB = _hand_factor_grads(method, A, B, g, s, AAti, inv)
         A, B = A - lr * GA, B - lr * GB
     return np.array(losses), np.array(e_lo), np.array(e_pr), W
 
@@ -675,21 +679,13 @@ def _hand_mlp_sgd(p, method, lr, steps, s, record=False):
         for li, g in enumerate(grads):
             A, B = As[li], Bs[li]
             AAti = inv(A @ A.T)
-            gA, gB = s * B.T @ g, s * g @ A.T
             if method == "lora":
-                GA, GB = gA, gB
                 geq = s**2 * (B @ B.T @ g + g @ A.T @ A)
             else:
                 PA = A.T @ AAti @ A
                 PB = B @ inv(B.T @ B) @ B.T if np.any(B) else np.zeros((len(B), len(B)))
                 geq = PB @ g + g @ PA - PB @ g @ PA
-                if not np.any(B):
-                    GA, GB = np.zeros_like(A), g @ A.T @ AAti / s
-                else:
-                    BtBi = inv(B.T @ B)
-                    X = scipy.linalg.solve_sylvester(B.T @ B, A @ A.T, -BtBi @ gA @ A.T / s**2)
-                    GA = BtBi @ gA / s**2 + X @ A
-                    GB = (np.eye(len(B)) - B @ BtBi @ B.T) @ gB @ AAti / s**2 - B @ X
+            GA, GB = _hand_factor_grads(method, A, B, g, s, AAti, inv)
             d2 += np.sum((geq - g) ** 2)
             g2 += np.sum(g**2)
             As[li], Bs[li] = A - lr * GA, B - lr * GB
