@@ -174,15 +174,13 @@ def test_unknown_characters_are_reported_and_short_text_rejected():
     assert len(r.tokens) == eng.TEXT_MAX + 1
 
 
-def test_sampler_follows_bigram_table_and_backcopy_rule():
-    """Counts over many sampled sequences against the table itself (chi-square) and the copy rule."""
+def _assert_follows_the_chain(x):
+    """Sequences x (rows, BOS first) obey the task: after a trigger letter comes the token before it (backcopy),
+    otherwise the fixed bigram table bigram_table() (chi-square on three rows). Returns the trigger mask."""
     from scipy.stats import chisquare
 
-    x = eng.sample_sequences(4000, 32, np.random.default_rng(1))
-    assert np.all(x[:, 0] == eng.BOS) and not eng.is_trigger(x[:, 1]).any()
     trig = eng.is_trigger(x[:, 1:-1])
-    np.testing.assert_array_equal(x[:, 2:][trig], x[:, :-2][trig])  # after a trigger: the token before it
-    assert not eng.is_trigger(x[:, :-2][trig]).any()
+    np.testing.assert_array_equal(x[:, 2:][trig], x[:, :-2][trig])
     P = eng.bigram_table()
     prev, nxt = x[:, 1:-1][~trig], x[:, 2:][~trig]
     for tok in (0, 5, 11):
@@ -191,7 +189,16 @@ def test_sampler_follows_bigram_table_and_backcopy_rule():
         keep = exp > 5
         f_obs = np.r_[obs[keep], obs[~keep].sum()]
         f_exp = np.r_[exp[keep], exp[~keep].sum()]
-        assert chisquare(f_obs, f_exp).pvalue > 1e-4
+        assert chisquare(f_obs, f_exp).pvalue > 1e-4, tok
+    return trig
+
+
+def test_sampler_follows_bigram_table_and_backcopy_rule():
+    """Counts over many sampled sequences against the table itself (chi-square) and the copy rule."""
+    x = eng.sample_sequences(4000, 32, np.random.default_rng(1))
+    assert np.all(x[:, 0] == eng.BOS) and not eng.is_trigger(x[:, 1]).any()
+    trig = _assert_follows_the_chain(x)
+    assert not eng.is_trigger(x[:, :-2][trig]).any()
 
 
 def test_live_path_runs_small():
@@ -615,7 +622,6 @@ def test_training_sequences_follow_the_fixed_chain_whatever_the_seed():
     """Every sequence the training loop draws (its pool and its snapshot sequences), at a seed other than the
     chain's, follows the task's own bigram table bigram_table() (CHAIN_SEED) and the backcopy rule: transition
     counts after three letters, chi-square against the table's rows, as in the sampler test."""
-    from scipy.stats import chisquare
 
     drawn = []
     real = eng.sample_sequences
@@ -630,14 +636,4 @@ def test_training_sequences_follow_the_fixed_chain_whatever_the_seed():
         eng.train(eng.Arch(d_model=16, n_layers=1, n_heads=2, ctx=32), 2, seed=1, pool_size=3000, batch=8)
     assert drawn and drawn[0].shape == (3000, 33)
     x = np.concatenate([d[:, :32] for d in drawn])
-    trig = eng.is_trigger(x[:, 1:-1])
-    np.testing.assert_array_equal(x[:, 2:][trig], x[:, :-2][trig])
-    P = eng.bigram_table()
-    prev, nxt = x[:, 1:-1][~trig], x[:, 2:][~trig]
-    for tok in (0, 5, 11):
-        obs = np.bincount(nxt[prev == tok], minlength=eng.N_DATA)
-        exp = P[tok] * obs.sum()
-        keep = exp > 5
-        f_obs = np.r_[obs[keep], obs[~keep].sum()]
-        f_exp = np.r_[exp[keep], exp[~keep].sum()]
-        assert chisquare(f_obs, f_exp).pvalue > 1e-4, tok
+    _assert_follows_the_chain(x)

@@ -696,19 +696,8 @@ def test_random_truncation_curve_is_a_seeded_permutation_per_class():
     trained weights, and it lies well below the top-|λ| curve at k = 10."""
     from engine.core.data import digits_split
 
-    kept = []
-    train = eng._train_classifier
-
-    def spy(*args, **kwargs):
-        out = train(*args, **kwargs)
-        kept.append(out[0])
-        return out
-
     cfg = eng.Config(relu_baseline=False, epochs=15)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(eng, "_train_classifier", spy)
-        res = eng.run(cfg)
-    model = kept[0]
+    res, model, _ = _run_and_keep_model(cfg)
     E = model.embed.weight.detach().double().numpy()
     W, V, P = (m.weight.detach().double().numpy() for m in (model.w, model.v, model.head))
     B = np.einsum("ck,ki,kj->cij", P, W, V)
