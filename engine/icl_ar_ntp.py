@@ -694,7 +694,8 @@ def _metrics(res: Result) -> dict[str, float]:
             "unseen_Kmax": float(u[-1]), "train_Kmax": float(res.grid_train.mean(0)[-1]),
         })
         if res.fixed_n_grid:     # the fixed-N grid at the largest K, seed mean
-            m.update({f"fixed_{k}_Kmax": float(res.fixed_n_grid[k].mean(0)[-1]) for k in ("unseen", "seen", "train")})
+            m.update({f"fixed_{k}_Kmax": float(res.fixed_n_grid[k].mean(0)[-1])
+                      for k in ("unseen", "seen", "train")})
     return m
 
 

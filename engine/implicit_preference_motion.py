@@ -721,7 +721,8 @@ def run(config: Config, progress=None) -> Result:
     # lower is better for every realism metric; a cost of alignment that no badge sees is reported on the page
     worse = [k for k in REALISM_KEYS if dpa_t[k] > WORSE_FACTOR * ref_t[k] + 1e-12]
     report(progress, 1.0, "done")
-    return Result(metrics=met, table=table, errors=errors, worse_than_reference=worse, view_states=vs, view_events=ve,
+    return Result(metrics=met, table=table, errors=errors, worse_than_reference=worse,
+                  view_states=vs, view_events=ve,
                   rank_states=S_np.reshape(M, K, HORIZON + 1, N_AGENTS, 3)[s0, rank[s0]].astype(np.float32),
                   rank_events=(coll | off).reshape(M, K, HORIZON + 1, N_AGENTS)[s0, rank[s0]],
                   rank_dist=d[s0, rank[s0]], rank_expert=exp_states[s0].astype(np.float32),

@@ -721,7 +721,8 @@ def _run(config: Config, progress=None) -> Result:
     for vi, (name, *_) in enumerate(variants[:n_eval]):
         slice_q[name] = qs[vi]
     report(progress, 1.0, "done")
-    return Result(steps=main["steps"], rmse=rmse, bias=bias, final=final, final_median=med, over=over, regret=regret, gain=gain, align=align,
+    return Result(steps=main["steps"], rmse=rmse, bias=bias, final=final, final_median=med, over=over,
+                  regret=regret, gain=gain, align=align,
                   late_over=late_over, worst_regret=worst_regret, act_gap=act_gap, slope_err=slope_err,
                   slope_true=slope_true, late_slope=late_slope, heat=heat, heat_axis=g, K_star=K,
                   data_states=main["S"][0], slice_a=acts, slice_q=slice_q, slice_state=s0,

@@ -683,7 +683,8 @@ def run(config: Config, progress=None) -> Result:
             metrics[prefix + "mse_zero"] = mk["mse_zero"]
             metrics[prefix + "cancel"] = float(mk["cancel"].mean())
             metrics[prefix + "expert_cos"] = float(mk["expert_cos"].mean())
-            metrics[prefix + "mass_min"], metrics[prefix + "mass_max"] = float(mk["mass"].min()), float(mk["mass"].max())
+            metrics[prefix + "mass_min"] = float(mk["mass"].min())
+            metrics[prefix + "mass_max"] = float(mk["mass"].max())
     if shipped_rl is not None:
         # return of a greedy game is +1 or -1, so the mean greedy return is 2 * success - 1
         suc_rl = final_stats(shipped_rl, "success")
@@ -695,7 +696,8 @@ def run(config: Config, progress=None) -> Result:
         # the curves part-way through (the evaluation closest to EARLY_STEP), mean over seeds
         k = int(np.argmin(np.abs(shipped_rl["step"] - EARLY_STEP)))
         metrics["rl_early_step"] = float(shipped_rl["step"][k])
-        metrics.update({f"rl_early_success_{a}": float(shipped_rl[f"{a}_success"][:, k].mean()) for a in ARCHS})
+        metrics.update({f"rl_early_success_{a}": float(shipped_rl[f"{a}_success"][:, k].mean())
+                        for a in ARCHS})
     if config.live_mode == "regression":
         metrics["live_final_mse"] = float(curve["test_mse"][-1])
     metrics["live_final_success"] = float(curve["success"][-1])

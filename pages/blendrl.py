@@ -245,7 +245,8 @@ st.caption("These are training episodes: they restart on a random floor and colu
            "the game's own reward, without the shaping. The evaluation above starts every episode at the bottom, "
            "which is why the last training returns (" + ", ".join(
                f"{a} {res.metrics[f'train_ret_tail_{a}']:.2f}" for a in res.curves) + f", mean of the last "
-           f"{eng.TRAIN_TAIL} points) can sit well above the standard layout's mean returns there (" + ", ".join(
+           f"{eng.TRAIN_TAIL} points) can sit well above the standard layout's mean returns there ("
+           + ", ".join(
                f"{a} {res.table[a]['standard']['ret']:.2f}" for a in eng.AGENTS) + ").")
 download.download_csv(pd.DataFrame([dict(agent=a, steps=int(s), ret=float(r), success=float(u))
                                     for a, c in res.curves.items()

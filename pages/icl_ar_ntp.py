@@ -99,8 +99,10 @@ if not live:
         st.caption(f"Fixed-N grid: N = {eng.FIXED_N} sequences per topic at every K, so the data grow with K "
                    f"({eng.FIXED_N} sequences at K = 1, {eng.FIXED_N * int(ks[-1]):,} at K = {int(ks[-1])}); at "
                    f"K = {int(ks[i64])} both grids are the same model. Unseen-topic error at K = {int(ks[-1])}: "
-                   f"{res.metrics['fixed_unseen_Kmax']:.3f} with fixed N vs {res.metrics['unseen_Kmax']:.3f} compute-matched; "
-                   f"training error {res.metrics['fixed_train_Kmax']:.3f} vs {res.metrics['train_Kmax']:.3f}.")
+                   f"{res.metrics['fixed_unseen_Kmax']:.3f} with fixed N vs "
+                   f"{res.metrics['unseen_Kmax']:.3f} compute-matched; "
+                   f"training error {res.metrics['fixed_train_Kmax']:.3f} vs "
+                   f"{res.metrics['train_Kmax']:.3f}.")
         download.download_csv(pd.DataFrame({"K": ks, "N": eng.FIXED_N, "unseen_mean": fx["unseen"].mean(0),
                                             "seen_mean": fx["seen"].mean(0), "train_mean": fx["train"].mean(0)}),
                               "icl_fixed_n_grid.csv", key="dl-icl-fixed-n")

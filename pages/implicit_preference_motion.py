@@ -150,7 +150,8 @@ worse = [f"{labels[k]} {res.table[aligned][k]:.3g} vs the reference's {res.table
          for k in res.worse_than_reference]
 st.caption("Error bars: bootstrap standard deviation over held-out scenes (none for the pooled W1 distances). "
            "Collision/off-road rates and W1 distances are computed without the preference distance."
-           + (f" Not every metric improves on this run: {aligned} is more than {100 * (eng.WORSE_FACTOR - 1):.0f} % worse than the pre-trained "
+           + (f" Not every metric improves on this run: {aligned} is more than "
+              f"{100 * (eng.WORSE_FACTOR - 1):.0f} % worse than the pre-trained "
               "reference on " + "; ".join(worse) + ". The badges measure failures and the occupancy distance, as "
               "the spec asks; this is a cost they do not see." if worse else ""))
 download.download_csv(pd.DataFrame([{"method": n, **res.table[n], **{f"{k}_se": v for k, v in res.errors[n].items()}}

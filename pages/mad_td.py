@@ -117,9 +117,11 @@ if mode in ("both", "evaluation"):
     med = res.final_median
     # each median is written under its bar's name rather than on the bar, where a seed's dot could cover it
     tick = {k: f"{k}<br>median {v:.3g}" for k, v in med.items()}
-    fig = charts.bars(list(tick.values()), list(med.values()), title="Final on-policy RMSE: median over seeds (bars), "
-                      "each seed (dots)", ylabel="RMSE", colors=charts.COLORS[:len(med)])
-    fig.update_traces(selector=dict(type="bar"), showlegend=False, text=None)   # no unnamed "trace 0" in a legend
+    fig = charts.bars(list(tick.values()), list(med.values()),
+                      title="Final on-policy RMSE: median over seeds (bars), each seed (dots)", ylabel="RMSE",
+                      colors=charts.COLORS[:len(med)])
+    # no unnamed "trace 0" in a legend, no value on the bar
+    fig.update_traces(selector=dict(type="bar"), showlegend=False, text=None)
     fig.add_trace(go.Scatter(x=fin["variant"].map(tick), y=fin["final RMSE"], mode="markers", name="seeds",
                              showlegend=False, marker=dict(color="#222222", size=7, symbol="circle-open")))
     charts.show(fig, key="final")

@@ -184,8 +184,8 @@ if masks:
         rows = [dict(seed=i, pruned=lab, success=v) for i in range(len(mk["base"]))
                 for lab, v in zip(labels, np.r_[mk["base"][i], mk["masked"][i]])]
         download.download_csv(pd.DataFrame(rows), f"softmoe_masking_{pruned}.csv")
-    # expert usage under the parameter chart, so the left column is about as tall as the right one; the verdict
-    # below both, full width
+    # expert usage under the parameter chart, so the left column is about as tall as the right one;
+    # the verdict below both, full width
     n_seed, n_exp = mk["mass"].shape
     with c5:
         charts.show(charts.heatmap(mk["mass"], x=[f"expert {j}" for j in range(n_exp)],
@@ -218,7 +218,8 @@ if masks:
             + ", ".join(f"{d:.2f}" for d in mk["worst_drop"]) + "), and the Q-error to Q* over all states rises "
             f"from {m['mask_mse_base']:.2f} to {m['mask_mse_pruned']:.2f} (predicting 0 everywhere scores "
             f"{m['mask_mse_zero']:.2f}). The experts are all *used* about equally (combine mass per expert "
-            f"{m['mask_mass_min']:.2f}–{m['mask_mass_max']:.2f}, no specialisation in usage), but they are not "
+            f"{m['mask_mass_min']:.2f}–{m['mask_mass_max']:.2f}, no specialisation in usage), but they are "
+            "not "
             "interchangeable: their slot outputs are "
             f"large and cancel in the mixture (output tokens are {m['mask_cancel']:.2f}× the norm of the "
             f"slot outputs; mean cosine between experts' outputs {m['mask_expert_cos']:.2f}), so removing "
