@@ -393,3 +393,159 @@ def test_cross_entropy_trains_the_head_on_fused_and_per_view_logits(monkeypatch)
         fused, v1, v2 = inp[:m], inp[m:2 * m], inp[2 * m:]
         np.testing.assert_allclose(fused.numpy(), ((v1 + v2) / 2).numpy(), atol=1e-5)
         assert float((v1 - fused).abs().max()) > 1e-2 and float((v2 - fused).abs().max()) > 1e-2
+
+
+# ---- direct tests (2026-12-07) for mutants caught before only by a thin badge margin or a snapshot ----
+
+def _pseudo_labels_loop(h, p, p1, p2, threshold, top_frac=0.5):
+    """The pseudo-label rule written out with loops: per cluster the ceil(top_frac·N/K) most probable samples,
+    the mean of their unit embeddings rescaled to unit length (the prototype), then the cosine test and the
+    agreement of both views' argmax."""
+    import math
+
+    n, k = p.shape
+    m = max(1, math.ceil(top_frac * n / k))
+    unit = [row / max(np.linalg.norm(row), 1e-12) for row in h]
+    protos = []
+    for c in range(k):
+        top = sorted(range(n), key=lambda i: -p[i, c])[:m]
+        centre = sum(unit[i] for i in top) / m
+        protos.append(centre / max(np.linalg.norm(centre), 1e-12))
+    out = []
+    for i in range(n):
+        sims = [float(unit[i] @ protos[c]) for c in range(k)]
+        c = int(np.argmax(sims))
+        keep = sims[c] >= threshold and int(np.argmax(p1[i])) == c and int(np.argmax(p2[i])) == c
+        out.append(c if keep else -1)
+    return np.array(out)
+
+
+def test_pseudo_label_prototypes_are_unit_vectors():
+    """Hand case (K = 2, N = 6, so 2 prototype samples per cluster): cluster 0's prototype samples point along
+    (1, 0) and (0, 1), whose mean (0.5, 0.5) has length 0.707; rescaled, the prototype is the unit vector at
+    45°, so sample 2, lying exactly on it, has cosine 1 and passes even λ = 0.9. Sample 5 lies at 110°:
+    cos(65°) = 0.42 to prototype 0 beats cos(70°) = 0.34 to prototype 1 at (-1, 0); with an unrescaled
+    prototype 0 it would lose (0.707·0.42 = 0.30 < 0.34) and its views (which say 0) would then disagree."""
+    a = np.deg2rad(110)
+    h = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0], [-2.0, 0.0], [np.cos(a), np.sin(a)]])
+    p = np.array([[0.9, 0.1], [0.9, 0.1], [0.6, 0.4], [0.1, 0.9], [0.1, 0.9], [0.55, 0.45]])
+    assert list(eng.pseudo_labels(h, p, p, p, threshold=0.9)) == [-1, -1, 0, 1, 1, -1]
+    assert list(eng.pseudo_labels(h, p, p, p, threshold=0.0)) == [0, 0, 0, 1, 1, 0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pseudo_labels_match_a_loop(seed):
+    rng = np.random.default_rng(seed)
+    n, k, d = 40, 4, 5
+    centres = rng.normal(size=(k, d))
+    y = rng.integers(0, k, size=n)
+    h = centres[y] + 0.8 * rng.normal(size=(n, d))
+    logit = rng.normal(size=(3, n, k)) + 2.0 * np.eye(k)[y]
+    p, p1, p2 = np.exp(logit) / np.exp(logit).sum(-1, keepdims=True)
+    for thr in (0.0, 0.5, 0.8):
+        ref = _pseudo_labels_loop(h, p, p1, p2, thr)
+        np.testing.assert_array_equal(eng.pseudo_labels(h, p, p1, p2, thr), ref)
+    assert (_pseudo_labels_loop(h, p, p1, p2, 0.5) >= 0).sum() >= 5  # the case is not vacuous
+
+
+def _instrumented_training(monkeypatch, cfg):
+    """Train COPER on small synthetic views while recording, for every pseudo-label call, its arguments and
+    output, what the networks gave just before that epoch's optimiser step (both encoders' embeddings and the
+    head's weights: the forward pass of the epoch), and the pseudo-labels handed to each permutation."""
+    import engine.core.nn as tnn
+
+    x1, x2, _ = eng.make_synthetic_views(np.random.default_rng(cfg.seed), cfg.n_samples, cfg.clusters,
+                                         cfg.view_noise)
+    x1, x2 = eng._standardise(x1), eng._standardise(x2)
+    X1, X2 = torch.tensor(x1, dtype=torch.float32), torch.tensor(x2, dtype=torch.float32)
+    encoders, heads, before_step, calls, perms = [], [], [], [], []
+    real_mlp, real_opt = tnn.mlp, tnn.make_optimizer
+    real_pl, real_perm = eng.pseudo_labels, eng.within_cluster_permutation
+
+    def mlp(*a, **kw):
+        encoders.append(real_mlp(*a, **kw))
+        return encoders[-1]
+
+    def make_optimizer(params, *a, **kw):
+        params = list(params)
+        opt = real_opt(params, *a, **kw)
+        if len(params) > 2:  # the main optimiser (the head refit at the warm-up gets its own, 2 parameters)
+            heads.append(params[-2:])
+            step = opt.step
+
+            def recording_step(*sa, **skw):
+                with torch.no_grad():
+                    w, b = (t.detach().clone().numpy() for t in heads[0])
+                    before_step.append((encoders[0](X1).numpy().copy(), encoders[1](X2).numpy().copy(), w, b))
+                return step(*sa, **skw)
+
+            opt.step = recording_step
+        return opt
+
+    def pseudo_labels(h, p, p1, p2, threshold, *a, **kw):
+        out = real_pl(h, p, p1, p2, threshold, *a, **kw)
+        w, b = (t.detach().clone().numpy() for t in heads[0])  # the head as it is now (after the refit)
+        calls.append(dict(epoch=len(before_step) - 1, h=h.copy(), p=p.copy(), p1=p1.copy(), p2=p2.copy(),
+                          out=out.copy(), head_now=(w, b)))
+        return out
+
+    def within_cluster_permutation(pseudo, rng):
+        perms.append((len(before_step), pseudo.copy()))
+        return real_perm(pseudo, rng)
+
+    monkeypatch.setattr(tnn, "mlp", mlp)
+    monkeypatch.setattr(tnn, "make_optimizer", make_optimizer)
+    monkeypatch.setattr(eng, "pseudo_labels", pseudo_labels)
+    monkeypatch.setattr(eng, "within_cluster_permutation", within_cluster_permutation)
+    out = eng.train_coper(x1, x2, cfg, np.random.default_rng(cfg.seed))
+    return out, before_step, calls, perms
+
+
+_SMALL = eng.Config(dataset="synthetic", n_samples=300, clusters=4, epochs=30, warmup=10)
+
+
+def _softmax(z):
+    z = z - z.max(1, keepdims=True)
+    return np.exp(z) / np.exp(z).sum(1, keepdims=True)
+
+
+def test_pseudo_labels_are_recomputed_from_the_current_network_every_epoch(monkeypatch):
+    """From the last warm-up epoch on, every epoch ends with a fresh call of the pseudo-label rule on that
+    epoch's fused embedding (h1 + h2) / 2, recomputed here from the encoders' outputs; the next epoch's
+    within-cluster permutation gets exactly that call's labels, and the labels returned are the last call's.
+    The labels do move during training (they are not the warm-up's partition kept frozen)."""
+    cfg = _SMALL
+    (_, _, _, pseudo, _), before_step, calls, perms = _instrumented_training(monkeypatch, cfg)
+    assert len(before_step) == cfg.epochs
+    assert [c["epoch"] for c in calls] == list(range(cfg.warmup - 1, cfg.epochs))
+    for c in calls:
+        h1, h2 = before_step[c["epoch"]][:2]
+        np.testing.assert_allclose(c["h"], (h1 + h2) / 2, atol=1e-6)
+    assert [e for e, _ in perms] == list(range(cfg.warmup, cfg.epochs))
+    outs = {c["epoch"]: c["out"] for c in calls}
+    for e, given in perms:
+        np.testing.assert_array_equal(given, outs[e - 1])
+    np.testing.assert_array_equal(pseudo, calls[-1]["out"])
+    changed = sum(not np.array_equal(a["out"], b["out"]) for a, b in zip(calls, calls[1:]))
+    assert changed >= 3 and not np.array_equal(calls[0]["out"], calls[-1]["out"])
+
+
+def test_pseudo_label_rule_gets_each_views_own_probabilities(monkeypatch):
+    """The rule's consistency check needs the head applied to each view's embedding alone: recomputed here
+    from the encoders' outputs of that epoch and the linear head's weights, p1 = softmax(W h1 + b),
+    p2 = softmax(W h2 + b) and the fused p = softmax(W (h1 + h2)/2 + b). The views genuinely disagree with
+    the fused head on some samples, so passing the fused probabilities three times would not do."""
+    cfg = _SMALL
+    _, before_step, calls, _ = _instrumented_training(monkeypatch, cfg)
+    disagree = 0
+    for i, c in enumerate(calls):
+        h1, h2, w, b = before_step[c["epoch"]]
+        if i == 0:  # the warm-up's last epoch: the head was just refitted on k-means, after the step
+            w, b = c["head_now"]
+        np.testing.assert_allclose(c["p"], _softmax((h1 + h2) / 2 @ w.T + b), atol=1e-5)
+        np.testing.assert_allclose(c["p1"], _softmax(h1 @ w.T + b), atol=1e-5)
+        np.testing.assert_allclose(c["p2"], _softmax(h2 @ w.T + b), atol=1e-5)
+        fused = c["p"].argmax(1)
+        disagree += int(np.sum((c["p1"].argmax(1) != fused) | (c["p2"].argmax(1) != fused)))
+    assert disagree > 0
+    assert float(np.abs(calls[-1]["p1"] - calls[-1]["p"]).max()) > 1e-2
