@@ -693,3 +693,123 @@ def test_kl_terms_have_the_specs_direction(monkeypatch):
         fwd = float(real(f, one, zero, 20000, torch.Generator().manual_seed(0))[0])
         rev = float(real(f, zero, one, 20000, torch.Generator().manual_seed(0))[0])
     assert abs(fwd - rev) > 0.05, (fwd, rev)
+
+
+# ---- direct tests (2026-12-07) for mutants caught before only by a pinned number or a failing badge ----
+
+def _perturbed_build(monkeypatch, scale=0.4):
+    """Make every flow the engine builds label-dependent from the start (random weights, own generator), so
+    that a wrong label or a missing block changes the loss."""
+    real = eng._build_flow
+    g = torch.Generator().manual_seed(123)
+
+    def build(K):
+        flow = real(K)
+        with torch.no_grad():
+            for p in flow.parameters():
+                p.add_(scale * torch.randn(p.shape, generator=g))
+        return flow
+
+    monkeypatch.setattr(eng, "_build_flow", build)
+
+
+def _one_loss(monkeypatch):
+    """Replace the training loop by one evaluation of loss_fn(0), no optimiser step; returns the values."""
+    import engine.core.nn as core_nn
+
+    got = []
+
+    def fake_loop(params, loss_fn, steps, *a, **kw):
+        got.append(float(loss_fn(0).detach()))
+        return got
+
+    monkeypatch.setattr(core_nn, "train_loop", fake_loop)
+    return got
+
+
+def _spec_calnf_loss(flow, nom, fail, subsets, K, seed):
+    """The spec's flow loss, one row per draw: −mean log q(nominal batch; 0) − (1/K) Σ_j mean_{x∈S_j} log q(x;
+    e_j) − 1 · mean_{x∈D_t} log q(x; c*), with c* at its start (1/K, …, 1/K) and the nominal batch the first
+    draw of the job's generator (seed + 1)."""
+    idx = torch.randint(0, len(nom), (eng.NOMINAL_BATCH,), generator=torch.Generator().manual_seed(seed + 1))
+    t = torch.as_tensor
+    eye = torch.eye(K)
+    with torch.no_grad():
+        nom_t, fail_t = t(nom, dtype=torch.float32)[idx], t(fail, dtype=torch.float32)
+        terms = [flow.log_prob(nom_t, torch.zeros(len(nom_t), K)).double().mean()]
+        terms += [flow.log_prob(fail_t[t(s)], eye[j].expand(len(s), K)).double().mean() / K
+                  for j, s in enumerate(subsets)]
+        terms += [flow.log_prob(fail_t, torch.full((len(fail_t), K), 1.0 / K)).double().mean()]
+    return -float(sum(terms)), [float(x) for x in terms]
+
+
+def _pieces_matter(flow, fail, subsets, K, terms):
+    """Dropping the full-failure term, or labelling every resample e_0, would move the loss by > 1e-2."""
+    with torch.no_grad():
+        f = torch.as_tensor(fail, dtype=torch.float32)
+        e0 = sum(flow.log_prob(f[torch.as_tensor(s)], torch.eye(K)[0].expand(len(s), K)).double().mean() / K
+                 for s in subsets)
+    assert abs(float(e0) - sum(terms[1:-1])) > 1e-2 and abs(terms[-1]) > 1e-2
+
+
+def test_calnf_flow_loss_is_the_specs_composition(monkeypatch):
+    """The flow loss of the reference train() (self-regularising KL off, calibration frozen at c* = 1/K):
+    nominal batch at label 0, resample j at its own one-hot e_j with weight 1/K per resample, and the full
+    failure set at c* with weight 1 (the spec's w_cal = 1 calibrated term); recomputed here by hand from the
+    same flow. Each piece matters: the full-failure term and the per-resample labels each shift the loss by
+    far more than the float tolerance (checked)."""
+    from engine.core.nn import set_cpu_threads
+
+    set_cpu_threads()
+    monkeypatch.setattr(eng, "BALANCE_WEIGHT", 0.0)
+    _perturbed_build(monkeypatch)
+    got = _one_loss(monkeypatch)
+    K, n, seed = 3, 10, 4
+    r = np.random.default_rng(5)
+    nom, fail = eng.two_moons(r, eng.N_NOMINAL, False), eng.two_moons(r, n, True)
+    subsets = [r.integers(0, n, n) for _ in range(K)]
+    flow, lab, _ = eng.train("calnf", nom, fail, K, 1, seed, "cpu", cal_lr=0.0, subsets=subsets)
+    np.testing.assert_allclose(lab.numpy(), np.full((1, K), 1.0 / K))
+    want, terms = _spec_calnf_loss(flow, nom, fail, subsets, K, seed)
+    assert got == [pytest.approx(want, rel=1e-5, abs=1e-4)]
+    _pieces_matter(flow, fail, subsets, K, terms)
+
+
+def test_stacked_calnf_flow_loss_is_the_specs_composition(monkeypatch):
+    """The same hand computation for train_stacked (what run() uses), whose calnf rows merge repeated resample
+    draws into one weighted row: the loss of one calnf job equals the spec's one-row-per-draw composition, and
+    labelling every resample e_0 (or dropping the full-failure term) would change it by more than 1e-2."""
+    from engine.core.nn import set_cpu_threads
+
+    set_cpu_threads()
+    monkeypatch.setattr(eng, "BALANCE_WEIGHT", 0.0)
+    _perturbed_build(monkeypatch)
+    got = _one_loss(monkeypatch)
+    K, n, seed = 3, 10, 4
+    r = np.random.default_rng(5)
+    nom, fail = eng.two_moons(r, eng.N_NOMINAL, False), eng.two_moons(r, n, True)
+    subsets = [r.integers(0, n, n) for _ in range(K)]
+    (flow, lab, _), = eng.train_stacked([eng.Job("calnf", nom, fail, subsets, seed)], K, 1, "cpu", cal_lr=0.0)
+    np.testing.assert_allclose(lab.numpy(), np.full((1, K), 1.0 / K))
+    want, terms = _spec_calnf_loss(flow, nom, fail, subsets, K, seed)
+    assert got == [pytest.approx(want, rel=1e-5, abs=1e-4)]
+    _pieces_matter(flow, fail, subsets, K, terms)
+
+
+def test_make_subsets_are_k_distinct_resamples_with_replacement():
+    """K bootstrap resamples are K independent draws: pairwise different (two equal resamples of 20 indices
+    have chance 20^-20), each with repeated points somewhere (a draw without repeats has chance 20!/20^20 ≈
+    2e-8), and over many calls every index is drawn about equally often (n·K draws per call)."""
+    rng = np.random.default_rng(3)
+    n, K = 20, 6
+    counts = np.zeros(n)
+    for _ in range(50):
+        subs = eng.make_subsets(rng, n, K)
+        assert len(subs) == K
+        for a in range(K):
+            assert len(np.unique(subs[a])) < n
+            for b in range(a):
+                assert not np.array_equal(subs[a], subs[b]), (a, b)
+        counts += np.bincount(np.concatenate(subs), minlength=n)
+    assert counts.sum() == 50 * n * K
+    assert np.abs(counts / counts.mean() - 1).max() < 0.25

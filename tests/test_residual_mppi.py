@@ -530,3 +530,50 @@ def test_each_planned_variant_plans_from_its_own_state(monkeypatch):
     # the variants really diverge, so planning from another variant's state would show
     assert np.abs(ep["Greedy-MPPI"][0] - ep["Residual-MPPI"][0]).max() > 0.05
     assert len(seen) == eng.N_STEPS and seen[0].shape == (3, 4)
+
+
+# ---- direct tests (2026-12-07) for mutants caught before only by a pinned number or a failing badge ----
+
+def test_closed_form_check_weights_and_closed_loops_by_hand(monkeypatch):
+    """The closed-form check's planner rows: Residual-MPPI is planned with w_logp = ω·α (the spec's ω′ = ωα,
+    0.1 at ω = 1; 0.3 at ω = 3) and no basic reward, Greedy-MPPI with (0, 0), each from its OWN current state.
+    The planner is replaced by a known state- and weight-dependent law; each row's return under ω·r + r_R is
+    replayed here by hand on the plant with the seed's noise and compared with the check's J. Catches ω
+    instead of ω·α, or Greedy planned from Residual's state."""
+    seen = []
+    Kl = np.array([[0.8, 0.0, 1.1, 0.0], [0.0, 0.6, 0.0, 0.9]])
+
+    def law(s, w):
+        return -s @ Kl.T + 3.0 * w[..., :1] - 0.5 * w[..., 1:]
+
+    def fake(s0, prior, model, cost_w, cfg_like, rng, *args, **kw):
+        s0, cost_w = np.array(s0, float), np.array(cost_w, float)
+        seen.append((s0, cost_w))
+        U = law(s0, cost_w)[:, None, :]
+        return U, U, None, None
+
+    monkeypatch.setattr(eng, "mppi_update", fake)
+    for omega in (1.0, 3.0):
+        seen.clear()
+        cf = eng.closed_form_check(omega=omega, seeds=2)
+        gamma = eng.CF["gamma"]
+        A, B = eng.dynamics_matrices()
+        Q = omega * np.diag([1.0, 1.0, 0.1, 0.1]) + np.diag([0.0, 2.0, 0.5, 0.5])
+        R = omega * 0.05 * np.eye(2)
+        w_expected = np.array([[omega * 0.1, 0.0], [0.0, 0.0]])      # ω′ = ω·α with α = 0.1
+        assert len(seen) == 2 * eng.N_STEPS
+        for _, w in seen:
+            np.testing.assert_allclose(w, w_expected, atol=1e-12)
+        for seed in range(2):
+            noise = np.random.default_rng([seed, 7331]).normal(0.0, eng.NOISE, size=(eng.N_STEPS, 4))
+            for row, w in ((1, w_expected[0]), (2, w_expected[1])):
+                x, total = eng.S0.copy(), 0.0
+                for t in range(eng.N_STEPS):
+                    np.testing.assert_allclose(seen[seed * eng.N_STEPS + t][0][row - 1], x, atol=1e-9,
+                                               err_msg=f"row {row} step {t}")
+                    a = law(x, w)
+                    total += gamma**t * -(x @ Q @ x + a @ R @ a)
+                    x = A @ x + B @ a + noise[t]
+                assert cf["J"][row, seed] == pytest.approx(total, rel=1e-9), (omega, seed, row)
+        # the two rows really diverge, so planning Greedy from Residual's state would show
+        assert np.abs(cf["J"][1] - cf["J"][2]).max() > 1e-3

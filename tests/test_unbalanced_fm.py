@@ -641,3 +641,65 @@ def test_small_cutoff_redraws_until_a_full_batch_of_distinct_pairs():
         # and the sampler's own acceptance count is consistent with the closed form's Z (many blocks drawn)
         z = eng.closed_form(tau, mu0, mu1, w0, w1, eng.SIGMA0, 0.05)["Z"][0]
         assert s.candidates >= 0.5 * 256 / z
+
+
+# ---- direct tests (2026-12-07) for mutants caught before only by a pinned number or a failing badge ----
+
+def test_relaxation_flow_trains_on_pairs_from_a_outputs_within_tau_b(monkeypatch):
+    """The relaxation step (spec): flow B is trained on pairs (x0, x1) with x0 an output of the standard flow
+    A (its pool of POOL_B pushed-forward source points), x1 from the target and ||x1 − x0|| <= τ_B, the
+    config's τ_B (not the unbalanced flow's τ). Spies on every training call record each sampler's cutoff and
+    the pairs it hands out; with τ = 1.5 and τ_B = 0.3 every relaxation pair must lie within 0.3, while the
+    unbalanced flow's pairs reach past it. The recorded acceptance z_relax is the kept fraction of the
+    relaxation sampler. Training itself is replaced by drawing the batches (untrained nets are returned), so
+    the test runs in seconds."""
+    import torch
+
+    cfg = eng.Config(tau=1.5, tau_b=0.3, train_steps=100, n_euler=1)
+    calls, pools = [], []
+    real_euler = eng.euler
+
+    def spy_train(samplers, steps, *a, **kw):
+        rec = []
+        for s in samplers:
+            pairs, draw = [], s.draw
+
+            def spy_draw(draw=draw, pairs=pairs):
+                out = draw()
+                pairs.append(out)
+                return out
+
+            s.draw = spy_draw
+            rec.append((s, pairs))
+        calls.append(rec)
+        out = []
+        for s in samplers:
+            s.rng.integers(2**31)
+            hist = np.array([((x1 - x0) ** 2).sum(1).mean() for x0, x1 in (s.draw() for _ in range(steps))])
+            out.append((eng._velocity_net(torch), hist))
+        return out
+
+    def spy_euler(net, x0, *a, **kw):
+        out = real_euler(net, x0, *a, **kw)
+        if len(x0) == eng.POOL_B:
+            pools.append(out)
+        return out
+
+    monkeypatch.setattr(eng, "train_flows", spy_train)
+    monkeypatch.setattr(eng, "euler", spy_euler)
+    res = eng.run(cfg)
+    assert [[s.tau for s, _ in rec] for rec in calls] == [[np.inf, 1.5], [0.3]]
+    (s_b, pairs_b), = calls[1]
+    assert len(pairs_b) == cfg.train_steps and len(pools) == 1
+    x0 = np.concatenate([p[0] for p in pairs_b])
+    x1 = np.concatenate([p[1] for p in pairs_b])
+    assert np.sqrt(((x1 - x0) ** 2).sum(1)).max() <= 0.3 + 1e-9
+    # every relaxation source point is one of A's outputs on the pool
+    pool = pools[0].astype(np.float64)
+    nearest = np.sqrt(((x0[:500, None, :] - pool[None]) ** 2).sum(-1)).min(1)
+    assert nearest.max() < 1e-6
+    # the unbalanced flow's own pairs do exceed τ_B, so a swapped cutoff would show
+    u0 = np.concatenate([p[0] for p in calls[0][1][1]])
+    u1 = np.concatenate([p[1] for p in calls[0][1][1]])
+    assert np.sqrt(((u1 - u0) ** 2).sum(1)).max() > 0.6
+    assert res.metrics["z_relax"] == pytest.approx(s_b.kept / s_b.candidates)
