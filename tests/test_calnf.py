@@ -752,12 +752,14 @@ def _pieces_matter(flow, fail, subsets, K, terms):
     assert abs(float(e0) - sum(terms[1:-1])) > 1e-2 and abs(terms[-1]) > 1e-2
 
 
-def test_calnf_flow_loss_is_the_specs_composition(monkeypatch):
-    """The flow loss of the reference train() (self-regularising KL off, calibration frozen at c* = 1/K):
-    nominal batch at label 0, resample j at its own one-hot e_j with weight 1/K per resample, and the full
-    failure set at c* with weight 1 (the spec's w_cal = 1 calibrated term); recomputed here by hand from the
-    same flow. Each piece matters: the full-failure term and the per-resample labels each shift the loss by
-    far more than the float tolerance (checked)."""
+@pytest.mark.parametrize("trainer", ["train", "train_stacked"])
+def test_calnf_flow_loss_is_the_specs_composition(monkeypatch, trainer):
+    """The flow loss (self-regularising KL off, calibration frozen at c* = 1/K), for the reference train() and for
+    train_stacked (what run() uses; its calnf rows merge repeated resample draws into one weighted row): nominal
+    batch at label 0, resample j at its own one-hot e_j with weight 1/K per resample, and the full failure set at
+    c* with weight 1 (the spec's w_cal = 1 calibrated term); recomputed here by hand, one row per draw, from the
+    same flow. Each piece matters: the full-failure term and the per-resample labels each shift the loss by far
+    more than the float tolerance (checked)."""
     from engine.core.nn import set_cpu_threads
 
     set_cpu_threads()
@@ -768,28 +770,10 @@ def test_calnf_flow_loss_is_the_specs_composition(monkeypatch):
     r = np.random.default_rng(5)
     nom, fail = eng.two_moons(r, eng.N_NOMINAL, False), eng.two_moons(r, n, True)
     subsets = [r.integers(0, n, n) for _ in range(K)]
-    flow, lab, _ = eng.train("calnf", nom, fail, K, 1, seed, "cpu", cal_lr=0.0, subsets=subsets)
-    np.testing.assert_allclose(lab.numpy(), np.full((1, K), 1.0 / K))
-    want, terms = _spec_calnf_loss(flow, nom, fail, subsets, K, seed)
-    assert got == [pytest.approx(want, rel=1e-5, abs=1e-4)]
-    _pieces_matter(flow, fail, subsets, K, terms)
-
-
-def test_stacked_calnf_flow_loss_is_the_specs_composition(monkeypatch):
-    """The same hand computation for train_stacked (what run() uses), whose calnf rows merge repeated resample
-    draws into one weighted row: the loss of one calnf job equals the spec's one-row-per-draw composition, and
-    labelling every resample e_0 (or dropping the full-failure term) would change it by more than 1e-2."""
-    from engine.core.nn import set_cpu_threads
-
-    set_cpu_threads()
-    monkeypatch.setattr(eng, "BALANCE_WEIGHT", 0.0)
-    _perturbed_build(monkeypatch)
-    got = _one_loss(monkeypatch)
-    K, n, seed = 3, 10, 4
-    r = np.random.default_rng(5)
-    nom, fail = eng.two_moons(r, eng.N_NOMINAL, False), eng.two_moons(r, n, True)
-    subsets = [r.integers(0, n, n) for _ in range(K)]
-    (flow, lab, _), = eng.train_stacked([eng.Job("calnf", nom, fail, subsets, seed)], K, 1, "cpu", cal_lr=0.0)
+    if trainer == "train":
+        flow, lab, _ = eng.train("calnf", nom, fail, K, 1, seed, "cpu", cal_lr=0.0, subsets=subsets)
+    else:
+        (flow, lab, _), = eng.train_stacked([eng.Job("calnf", nom, fail, subsets, seed)], K, 1, "cpu", cal_lr=0.0)
     np.testing.assert_allclose(lab.numpy(), np.full((1, K), 1.0 / K))
     want, terms = _spec_calnf_loss(flow, nom, fail, subsets, K, seed)
     assert got == [pytest.approx(want, rel=1e-5, abs=1e-4)]
