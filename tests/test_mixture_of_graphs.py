@@ -327,8 +327,9 @@ def spied_run():
         rec["timing"] = adjs
         return orig_time(adjs, *a, repeats=1)
 
-    def router(*a, **kw):
-        out = orig_router(*a, **kw)
+    def router(c, A, X, y, train_idx, *a, **kw):
+        rec["router_train"] = np.asarray(train_idx).copy()
+        out = orig_router(c, A, X, y, train_idx, *a, **kw)
         rec["G"] = out[0]
         return out
 
@@ -555,34 +556,9 @@ def test_page_timing_bars_are_each_graphs_own_median(default_result):
 
 # ---- added by mutation testing (2026-12-07): each kills a mutant the file above let through ----
 
-@pytest.fixture(scope="module")
-def router_spied_run():
-    """A small run with the router's and the GCN trainer's inputs recorded (the originals still run)."""
-    mp = pytest.MonkeyPatch()
-    rec = {}
-    orig_router, orig_gcn = eng.train_router, eng.train_gcns
-
-    def router(c, A, X, y, train_idx, *a, **kw):
-        rec["router_train"] = np.asarray(train_idx).copy()
-        return orig_router(c, A, X, y, train_idx, *a, **kw)
-
-    def gcn(adjs, feats, labels, tr, va, tests, **kw):
-        rec["gcn"] = (adjs, tr, va, tests)
-        return orig_gcn(adjs, feats, labels, tr, va, tests, **kw)
-
-    mp.setattr(eng, "train_router", router)
-    mp.setattr(eng, "train_gcns", gcn)
-    c = eng.Config(n_nodes=400, epochs=20, timing_nodes=4000, seed=2)
-    try:
-        res = eng.run(c)
-    finally:
-        mp.undo()
-    return c, res, rec
-
-
-def test_router_is_trained_on_the_gcns_training_nodes_only(router_spied_run):
-    c, res, rec = router_spied_run
-    adjs, tr, va, tests = rec["gcn"]
+def test_router_is_trained_on_the_gcns_training_nodes_only(spied_run):
+    c, res, rec = spied_run
+    adjs, tr, va, tests, _ = rec["gcn"]
     np.testing.assert_array_equal(np.sort(rec["router_train"]), np.sort(tr))
     held_out = set(np.asarray(va).tolist()) | set(np.concatenate([np.asarray(t) for t in tests]).tolist())
     assert not set(rec["router_train"].tolist()) & held_out
@@ -601,11 +577,11 @@ def _criteria(A, X):
                "degree": np.array([1 / math.sqrt(deg[u] * deg[v]) for u, v in e])}
 
 
-def test_matched_baselines_keep_their_own_criterions_best_edges(router_spied_run):
+def test_matched_baselines_keep_their_own_criterions_best_edges(spied_run):
     """'global <criterion> @ MoG sparsity' keeps the MoG edge count of edges with the highest score of that
     criterion (every kept edge scores at least as high as every dropped one); 'per-node <criterion>' is the
     uniform per-node rule of that criterion, so every node keeps its own best edge by it."""
-    c, res, rec = router_spied_run
+    c, res, rec = spied_run
     adjs = rec["gcn"][0]
     A = adjs[0]
     X = eng.make_graph(c, np.random.default_rng(c.seed))[1]
