@@ -185,7 +185,8 @@ download.download_csv(pd.DataFrame({f"real_{n}": res.real_cols[:, j] for j, n in
 
 layout.how_it_works(r"""
 **Backbone.** Encoder $e_c = (\operatorname{asinh}(x_c/k_c) - m_c)/s_c$ per column (exactly invertible; the decoder
-bounds each value to the column's range in the real table); an
+rounds each value to 4 significant figures, the precision of the real table, and bounds it to the column's range
+there, so the detector never sees the exact latent back); an
 ε-prediction denoiser with cosine $\bar\alpha(t)$. DDIM ($\eta = 0$) from $t=1$ to $0$:
 $\hat x_0 = (x_t - \sqrt{1-\bar\alpha_t}\,\hat\varepsilon)/\sqrt{\bar\alpha_t}$,
 $x_{t'} = \sqrt{\bar\alpha_{t'}}\,\hat x_0 + \sqrt{1-\bar\alpha_{t'}}\,\hat\varepsilon$. Inversion runs the same update
