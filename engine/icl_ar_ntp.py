@@ -474,7 +474,8 @@ class Config:
     K: int = param(64, Choice(GRID_K, "K pre-training topics", widget="select_slider",
                    help="Picks the model whose prompt-length curve is drawn (shipped), or the live run's K."))
     seed: int = param(0, Int(0, len(SHIP_SEEDS) - 1, "Seed",
-                             help="Training seed of the curve shown; the claims use every shipped seed."))
+                             help="Training seed of the curve shown; the claims use every shipped seed, "
+                                  "except the two bound badges, which use this seed's models."))
     fixed_n: bool = param(False, Bool(f"Also the fixed-N grid (N = {FIXED_N} per topic)",
                                       help=f"a second shipped grid with N = {FIXED_N} sequences per topic at every K, "
                                            f"so K·N grows with K (the spec's other data budget); drawn next to the "
@@ -491,7 +492,8 @@ class Config:
                                    help="the default 24 is the shipped grid's T"))
     live_steps: int = param(300, Int(100, 1500, "Live: training steps", step=50, group="Live training",
                                      help="steps × T is capped at 28 800 (1 200 steps at T = 24) to stay inside "
-                                          "the 30 s budget"))
+                                          "the 30 s budget; the spec's live re-train runs 1 500 steps, and the "
+                                          "default 300 keeps a click within a few seconds"))
     live_rho: float = param(0.9, Float(0.5, 0.99, "Live: ρ (spectral radius)", step=0.01, group="Live training",
                             help="Noise variance is set to 1 − ρ² so every topic starts and stays stationary."))
 

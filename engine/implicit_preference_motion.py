@@ -734,7 +734,7 @@ def claims(result: Result) -> list[Claim]:
     m = result.metrics
     out = [
         Claim("Aligning with DPO on implicit-feedback pairs cuts the pre-trained model's failures "
-              "(collision + off-road) on held-out scenes", m["fail_ratio"], "<=", 0.75,
+              "(collision or off-road) on held-out scenes", m["fail_ratio"], "<=", 0.75,
               label="failures DPA-OMF / reference",
               detail=f"{m['dpa_failure']:.3f} vs {m['ref_failure']:.3f} of agent trajectories"),
         Claim("…and moves its occupancy closer to the held-out expert logs", m["omf_ratio"], "<=", 0.90,

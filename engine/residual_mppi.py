@@ -517,7 +517,7 @@ def claims(result: Result) -> list[Claim]:
         Claim("… while keeping most of the prior's task performance, without ever seeing the task reward",
               measured=m["basic_ratio"], op="<=", threshold=1.25, label="|basic return|, Residual / Prior",
               fmt=".2f", detail=f"Residual {m['res_basic']:.1f} vs Prior {m['prior_basic']:.1f} (returns are ≤ 0)"),
-        Claim("Dropping the log-likelihood term (Greedy-MPPI) loses the basic task", measured=m["greedy_worse"],
+        Claim("Dropping the log-likelihood term (Greedy-MPPI) degrades the basic task", measured=m["greedy_worse"],
               op=">=", threshold=1.0, label="max(dist ratio / 3, |basic| ratio / 1.5), Greedy vs Residual",
               fmt=".2f", detail=f"final distance {m['greedy_dist']:.2f} vs {m['res_dist']:.2f}; |basic return| "
                                 f"{abs(m['greedy_basic']):.0f} vs {abs(m['res_basic']):.0f}"),

@@ -248,8 +248,7 @@ row norms and column maxima ($h\ge 0$). Neurons outside complete families keep $
 **Error term.** $E$'s top-$r$ singular directions are evaluated exactly; for the remainder, since $h\ge 0$,
 
 $$
-\begin{aligned}E_c\cdot h \le \min\big(&\max_c\|E_c\|\,\|h\|,\\ &\textstyle\sum_k \max_c E_{ck} h_k,\\
-&\textstyle\sum_\rho \sqrt{d_\rho^2/|G|}\,\|E_\rho\|_{op}\|h\|\big).\end{aligned}
+E_c\cdot h \le \min\big(\max_c\|E_c\|\,\|h\|,\ \textstyle\sum_k \max_c E_{ck} h_k\big).
 $$
 
 The certified margin is (explained margin) $+\,E_{ab}\cdot h -$ (bound on $\max_c E_c\cdot h$); the bound is the

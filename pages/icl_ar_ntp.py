@@ -29,7 +29,8 @@ layout.paper_header(
     caveat=(
         f"Scale: d = {eng.D}, a {eng.LAYERS}-layer, {eng.HEADS}-head transformer of width {eng.WIDTH} (about 27 k "
         "parameters), "
-        f"T = {eng.T_SHIP}, {eng.SHIP_STEPS} AdamW steps, K ∈ {list(eng.GRID_K)} with K·N = {eng.TOTAL_SEQ} "
+        f"T = {eng.T_SHIP}, {eng.SHIP_STEPS} AdamW steps at learning rate {eng.LR:g} (the spec: 3 000 steps at "
+        "0.001), K ∈ {list(eng.GRID_K)} with K·N = {eng.TOTAL_SEQ} "
         f"sequences, {len(eng.SHIP_SEEDS)} seeds, instead of the paper's GPT-2 models, GINC and real text. "
         "To make in-context regression learnable in 1 000 CPU steps, each token is embedded together with "
         "its predecessor (x_t, x_{t−1}), a shortcut for the previous-token head a bigger model learns itself; "

@@ -33,7 +33,9 @@ layout.paper_header(
            "No classifier-free guidance, no codec-token input. Two changes the tiny network needs: the "
            "equaliser also divides by a smooth envelope read off the Mel (per bin and frame), and the velocity "
            "is a fixed Gaussian skip plus the network's correction (see *How it works*). The real-time factor "
-           "is measured on this machine and varies with its load.",
+           "is measured on this machine and varies with its load. The spec keeps it out of the pass/fail badges; "
+           "the issue lists it among the claims, so it is shown as a badge, but no test checks it (timing is "
+           "not asserted in tests) and the 'not reproduced' box below ignores it.",
 )
 
 cfg = state.bind_config(eng.Config, SLUG, views=("band_view",))

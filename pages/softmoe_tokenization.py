@@ -179,7 +179,8 @@ if masks:
                    "weights are renormalised over the remaining slots (the dispatch of the other slots is unchanged), "
                    "applied to the trained network without retraining. Success is exact: all 25 (ball, paddle) starts "
                    "are played. Experts are numbered per seed, so the bars average unrelated experts; the claim "
-                   "averages over seeds and over which expert is pruned. Mean combine mass per expert: "
+                   "takes each seed's costliest expert to prune and averages that drop over seeds. Mean combine "
+                   "mass per expert: "
                    + "; ".join(", ".join(f"{v:.2f}" for v in row) for row in mk["mass"]))
         rows = [dict(seed=i, pruned=lab, success=v) for i in range(len(mk["base"]))
                 for lab, v in zip(labels, np.r_[mk["base"][i], mk["masked"][i]])]

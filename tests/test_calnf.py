@@ -479,6 +479,23 @@ def test_badge_numbers_recomputed_from_each_trained_flow(spied_run):
     assert m["nominal_gap"] == pytest.approx(abs(nom_cal - nom_plain), abs=2e-4)
 
 
+def test_energy_distances_are_each_methods_samples_against_the_held_out_failures(spied_run):
+    """The energy distances on the page: 2 000 samples of each method's trained flow at its own failure label
+    (noise from the run's seed), against the first 2 000 held-out failure points, recomputed with scipy; the
+    pooled flow, which spreads its mass over the nominal moons too, is the farthest."""
+    from scipy.spatial.distance import cdist
+
+    cfg, res, seen, _ = spied_run
+    m, held_f = res.metrics, np.asarray(seen["held_f"], dtype=np.float64)[:2000]
+    by_method = {job.method: out for job, out in zip(seen["jobs"][:4], seen["out"][:4])}
+    for meth, (flow, lab, _) in by_method.items():
+        with torch.no_grad():
+            x = flow.sample(lab, 2000, torch.Generator().manual_seed(cfg.seed)).double().numpy()
+        ref = 2 * cdist(x, held_f).mean() - cdist(x, x).mean() - cdist(held_f, held_f).mean()
+        assert m[f"energy_{meth}"] == pytest.approx(ref, rel=1e-6, abs=1e-9), meth
+    assert m["energy_pooled"] == max(m[f"energy_{k}"] for k in ("calnf", "plain", "failure_only", "pooled"))
+
+
 def test_compare_all_bars_are_three_seeds_of_each_method(spied_run):
     """'Compare all': each method's list holds one clipped held-out LL per seed, in seed order; the first is the main
     run's number, the others come from that method's own flows trained on other data sets and from other
