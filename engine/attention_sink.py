@@ -13,8 +13,9 @@ the sink metric on held-out sequences and returns the attention maps of one inpu
 Scale (measured offline 2026-12-06, softmax, same data, recipe and seed; eps = 0.3 on row-normalised attention): the
 shipped 1-layer, 2-head, d = 32 model sinks in 1 of 2 heads. A 1-layer 4-head model sinks in 1 of 4 (3 000, 6 000 and
 10 000 steps); a 2-layer, 4-head, d = 64 model in 0 of 8 after 3 000 steps (1 of 8 at 500 and 1 000) and 1-2 of 8 in
-a 10 000-step run, at the same final loss (1.85-1.87). In this task one head copies and the rest idle, and only
-one or two idle heads park on the first token, so the "at least half the heads" bar holds at the shipped size only.
+a 10 000-step run, at the same final loss (1.85-1.87). In the shipped model the head that copies at triggers is the one that parks on the first token at
+every other position; the other head also looks back at triggers but stays near uniform elsewhere. Larger models keep only one or two such heads, so the
+"at least half the heads" bar holds at the shipped size only.
 """
 
 from __future__ import annotations

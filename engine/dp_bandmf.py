@@ -578,6 +578,11 @@ def _run(config: Config, progress=None) -> Result:
     return res
 
 
+# badges read from a clock: shown on the page, but tests do not assert their verdict (the team does not
+# assert wall time in tests; timings belong to `python -m tests.bench`)
+TIMING_CLAIM_LABELS = ("optimisation wall time (s)", "log-log slope of time vs n")
+
+
 def claims(result: Result) -> list[Claim]:
     m = result.metrics
     cfg = result.config

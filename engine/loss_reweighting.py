@@ -383,7 +383,9 @@ def claims(result: Result) -> list[Claim]:
                      f"rates between redundant fractions {f1:g} and {f2:g} is the predicted one",
                      measured=m["bound_ratio_error"], op="<=", threshold=BOUND_TOL,
                      label="|measured / predicted rate ratio − 1|",
-                     detail=f"SGD, lr {BOUND_LR:g}, uniform weights, fit over steps {BOUND_FIT_FROM}–{BOUND_STEPS}: "
+                     detail=f"a fixed experiment, independent of the widgets: informative scale s = "
+                            f"{BOUND_SCALE:g}, SGD, lr {BOUND_LR:g}, uniform weights, fit over steps "
+                            f"{BOUND_FIT_FROM}–{BOUND_STEPS}: "
                             f"rate ratio measured {m['bound_ratio_measured']:.3f}, predicted "
                             f"{m['bound_ratio_predicted']:.3f}; absolute rates within "
                             f"{m['bound_abs_error']:.0%} of the bound's (1 − lr·μ)² per step"))

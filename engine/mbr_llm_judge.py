@@ -389,11 +389,13 @@ def _run(config: Config, progress=None) -> Result:
     q_methods = {m: float(base[m]) for m in methods}
     gain_lex = float(base["_judge_on_lex_subset"] - base["MBR lexical"])      # same prompts for both
     gain_emb = q_methods["MBR judge"] - q_methods["MBR embedding"]
+    gain_tok = q_methods["MBR judge"] - q_methods["MBR token overlap"]
     metrics = {**{f"q_{m}": v for m, v in q_methods.items()},
                "gain_over_greedy": q_methods["MBR judge"] - q_methods["greedy"],
                "gain_over_bon": q_methods["MBR judge"] - q_methods["best-of-N (reference-free judge)"],
                "gain_over_lexical": gain_lex, "gain_over_embedding": gain_emb,
-               "gain_over_other_utilities": min(gain_lex, gain_emb),
+               "gain_over_token_overlap": gain_tok,
+               "gain_over_other_utilities": min(gain_lex, gain_emb, gain_tok),
                "q_MBR judge (lexical subset)": float(base["_judge_on_lex_subset"]), "n_lexical_prompts": base["_n_lex"],
                "greedy_after": st_greedy[-1] if config.iterations else np.nan,
                "greedy_after_minus_base_mbr": st_greedy[-1] - base["MBR judge"] if config.iterations else np.nan,
@@ -444,11 +446,12 @@ def claims(result: Result) -> list[Claim]:
               detail=f"MBR-judge {q['MBR judge']:.3f}, best-of-N {q['best-of-N (reference-free judge)']:.3f} with a "
                      f"reference-free judge that knows each item with probability p_know (see the p_know plot: a "
                      f"judge that knows much more overtakes MBR)"),
-        Claim(f"Inside MBR, the meaning-aware judge beats the lexical ({result.lexical_metric}, sacrebleu) and "
-              "embedding utilities", measured=m["gain_over_other_utilities"], op=">=", threshold=0.08,
-              label="quality MBR-judge − MBR-other (worst case of lexical, embedding)",
+        Claim(f"Inside MBR, the meaning-aware judge beats the lexical ({result.lexical_metric}, sacrebleu), "
+              "token-overlap and embedding utilities", measured=m["gain_over_other_utilities"], op=">=", threshold=0.08,
+              label="quality MBR-judge − MBR-other (worst case of lexical, token overlap, embedding)",
               detail=f"{result.lexical_metric} MBR {q['MBR lexical']:.3f} vs judge {m['q_MBR judge (lexical subset)']:.3f} "
-                     f"on the same {int(m['n_lexical_prompts'])} prompts; embedding MBR {q['MBR embedding']:.3f} vs "
+                     f"on the same {int(m['n_lexical_prompts'])} prompts; token-overlap MBR {q['MBR token overlap']:.3f} "
+                     f"and embedding MBR {q['MBR embedding']:.3f} vs "
                      f"judge {q['MBR judge']:.3f} on all test prompts"),
         Claim("After DPO self-training on MBR-chosen vs rejected outputs, plain greedy decoding reaches the base "
               "model's MBR quality", measured=m["greedy_after_minus_base_mbr"], op=">=", threshold=0.0,

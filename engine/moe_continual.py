@@ -17,7 +17,9 @@ an equally valid draw with the same tasks; at the default config it turns 5/6 pa
 purity gap 0.15 -> 0.03, T_conv(M=10)/T_conv(M=3) 1.48 -> 0.96, G_T(M=10)/G_T(M=3) 1.47 -> 0.55). Medians over
 10 seeds do not make the purity and convergence-time comparisons robust; read them with the seed table in the README.
 
-Why the default is 3 000 rounds (changed 2026-12-05 from 1 000): the termination claim is about what happens *after*
+Why the default is 3 000 rounds (changed 2026-12-05 from 1 000; the figures in this and the next paragraph were
+measured with the code and on the machine of that date, and single-seed ratios differ on other CPUs, e.g. the
+T_conv ratio and the G_T(M=10)/G_T(M=3) ratio at first seed 0 read 1.39 and 0.55 on 2026-12-07): the termination claim is about what happens *after*
 the router has been frozen, and the spec's rule freezes it late. Over 100 terminated M = 5 runs (first seeds 0-9, 10
 runs each) the freeze round has median ~540; 58 % of the runs had frozen within the first two thirds of 1 000 rounds,
 79 % by round 2 000, and 10 % never froze within 3 000. At 1 000 rounds half the "terminated" runs were therefore

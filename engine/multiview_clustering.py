@@ -43,7 +43,9 @@ class Config:
                                           help="Digits: view 1 is a rotated digit, view 2 another image of "
                                                "the same class with noise. Synthetic: shared clusters plus "
                                                "strong view-specific distractor groups."))
-    n_samples: int = param(1000, Int(300, 1797, "Samples", step=100))
+    n_samples: int = param(1000, Int(300, 1797, "Samples", step=100,
+                                    help="On the digits, at most the number of images of the first K classes "
+                                         "(about 180 per class): a larger value uses them all."))
     clusters: int = param(10, Int(3, 10, "Clusters K", help="Classes used (digits 0..K-1 / synthetic groups)"))
     view_noise: float = param(0.5, Float(0.0, 1.0, "View-2 noise", step=0.05,
                                          help="Digits: uniform pixel noise amplitude; synthetic: distractor "

@@ -43,8 +43,8 @@ if m["bch_ratio_bp"] > 0.8:
             f"width {res.checkpoint_info['bch']['d']:.0f}, {res.checkpoint_info['bch']['layers']:.0f} layers) "
             f"reaches BER {m['bch_ber_model']:.4f} at 4 dB, against {m['bch_ber_bp']:.4f} for BP and "
             f"{m['bch_ber_bdd']:.4f} for bounded-distance decoding. The paper's decoder is far larger and "
-            "trained for about a hundred times more samples on a GPU; here going from 2 to 4 layers closed most of "
-            "the gap to BP (ratio about 1.5 → 1.1), not all of it. The BCH badges show the measured values "
+            "trained on a GPU for about 25 times as many steps of the same batch size (~10⁶); here going from "
+            "2 to 4 layers closed most of the gap to BP (ratio about 1.5 → 1.1), not all of it. The BCH badges show the measured values "
             "as they are, and so do the Hamming(7,4) badges above.", icon=":material/info:")
 
 cur = res.curves

@@ -32,7 +32,7 @@ layout.paper_header(
         "heat and wave kernel signatures. These only see intrinsic geometry: on a mirror-symmetric shape they "
         "cannot tell left from right and the map may come out mirrored (pick the mirror-symmetric critter to "
         "see it — the error measure counts a flip as an error). The bend stretches the surface a little "
-        "(the measured edge-length change is shown), so the pair is near-isometric, not exactly isometric; "
+        "(the measured edge-length change is shown when *Re-tessellate the target* is off), so the pair is near-isometric, not exactly isometric; "
         "the 'stretch' deformation is deliberately non-isometric and the accuracy claims are expected to fail there "
         "(the diagonality one may still pass)."
     ),
@@ -248,7 +248,8 @@ mode) are the mesh's smoothest "vibration modes"; they are orthonormal in the $M
 scaled to area 1 so their spectra are comparable.
 
 **2. Descriptors.** With $\Phi$ the eigenvectors, the heat kernel signature
-$\mathrm{HKS}(x,t)=\sum_i e^{-\lambda_i t}\phi_i(x)^2$ and the wave kernel signature
+$\mathrm{HKS}(x,t)=\sum_{i\ge 2} e^{-\lambda_i t}\phi_i(x)^2 \big/ \sum_{i\ge 2} e^{-\lambda_i t}$ (the
+constant mode dropped, each scale divided by its heat trace) and the wave kernel signature
 $\mathrm{WKS}(x,e)\propto\sum_i \phi_i(x)^2 \exp\!\big(-(e-\log\lambda_i)^2/2\sigma^2\big)$ describe each vertex
 at several scales and do not change under isometric bending. (DenseMatcher uses foundation-model features here.)
 Their coefficients in the basis are $A=\Phi_1^\top M_1 F_1$ and $B=\Phi_2^\top M_2 F_2$.
@@ -257,7 +258,8 @@ Their coefficients in the basis are $A=\Phi_1^\top M_1 F_1$ and $B=\Phi_2^\top M
 $C$ ($k\times k$). We solve the regularised least squares
 $$\min_C\ \|CA-B\|^2 + \alpha\sum_d \|C X_d - Y_d C\|^2 + \beta\,\|C\Lambda_1-\Lambda_2 C\|^2,$$
 where $X_d=\Phi_1^\top M_1\,\mathrm{diag}(f_d)\,\Phi_1$ is "multiply by descriptor $d$" (descriptor commutativity) and
-$\Lambda$ the eigenvalues (an isometry commutes with the Laplacian). The energy is quadratic: without the
+$\Lambda$ the eigenvalues, both divided by the source's $k$-th eigenvalue so that $\beta$ does not depend on
+the mesh's scale (an isometry commutes with the Laplacian). The energy is quadratic: without the
 $\alpha$ term its rows separate and have a closed form; with it we run conjugate gradients on the normal equations.
 
 **4. Point-to-point map.** If $T$ sends target vertex $y$ to source vertex $T(y)$, the map it induces is

@@ -15,7 +15,8 @@ layout.paper_header(
     idea=(
         "How close is a generated dynamic graph to a real one? The usual answer cuts both event streams "
         "into snapshots, builds every snapshot graph and compares degree, clustering and spectrum "
-        "statistics window by window: several numbers, blind to event features, and slow. The paper "
+        "statistics window by window: several numbers, blind to event features unless a feature statistic is "
+        "added (the baseline here adds a feature-histogram distance), and slow. The paper "
         "instead writes each node's time-ordered history of events (features, time, source or "
         "destination) as one long vector and squeezes all of them with two shared Gaussian random "
         "projections into a small sketch per graph. Comparing sketches gives a single score that "

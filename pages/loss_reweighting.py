@@ -72,7 +72,8 @@ with c2:
     order = np.argsort(res.sample_losses)
     xs = res.sample_losses[order]
     charts.show(charts.lines(xs, {lab[s]: res.sample_weights[s][order] * len(xs) for s in shown},
-                             title=f"Weights on one batch at the end of training (r = {cfg.temperature:g})",
+                             title=f"Each strategy's weights on one batch (r = {cfg.temperature:g}): the uniform run's last "
+                                   "batch losses",
                              xlabel="per-sample loss", ylabel="weight × batch size", log_x=True,
                              mode="lines+markers"), key="weights")
     download.download_csv(pd.DataFrame({"loss": res.sample_losses, "group": res.sample_groups,

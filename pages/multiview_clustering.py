@@ -16,8 +16,8 @@ layout.paper_header(
     SLUG,
     idea=(
         "Two *views* describe the same objects: here, a rotated digit, and a different, noisy image of the "
-        "same digit. Each view also carries variation of its own. Clustering the two views glued together "
-        "mostly finds that private variation. What the views **share** is the class, and canonical correlation "
+        "same digit. Each view also carries variation of its own, and clustering the two views glued together "
+        "finds the classes only partly, because that private variation pulls it elsewhere. What the views **share** is the class, and canonical correlation "
         "analysis (CCA) looks for exactly that: directions in each view that move together. COPER trains one "
         "neural encoder per view to maximise the canonical correlation between their embeddings. A "
         "clustering head on the fused embedding then proposes pseudo-labels. A sample keeps its label only if "
@@ -35,7 +35,9 @@ layout.paper_header(
         "clusters stay in use (a test keeps this true). With permutations on, each run also trains the same networks "
         "without them (same seed, data and starting weights); the last badge and the second bar compare the two. "
         "At this scale the difference is small and changes sign across seeds: the gain over the baselines comes "
-        "mostly from the deep correlated encoders, the consistent pseudo-labels and the head."
+        "mostly from the deep correlated encoders, the consistent pseudo-labels and the head. Not checked here: "
+        "the paper's theory (that the permuted objective approximates supervised LDA, and its bound on the "
+        "pseudo-label error); the page measures clustering quality only."
     ),
 )
 
@@ -123,7 +125,7 @@ layout.how_it_works(r"""
 **Encoders and correlation.** $h^{(v)}_i = f_v(x^{(v)}_i)$ for views $v = 1, 2$. With covariances
 $\Sigma_{11}, \Sigma_{22}, \Sigma_{12}$ of the two embeddings over the batch, the canonical correlations are the
 singular values of $T = \Sigma_{11}^{-1/2}\Sigma_{12}\Sigma_{22}^{-1/2}$. The loss is
-$\mathcal L_{\text{corr}} = -\tfrac1k\sum_j \sigma_j(T)$.
+$\mathcal L_{\text{corr}} = -\tfrac1d\sum_j \sigma_j(T)$, with $d$ the embedding dimension.
 
 **Fused embedding and head.** $h_i = \tfrac12(h^{(1)}_i + h^{(2)}_i)$ and $p_i = \mathrm{softmax}(W h_i + b)$.
 The clusters are $\arg\max_c p_{ic}$.
@@ -135,8 +137,8 @@ $h^{(1)}_i$ and to $h^{(2)}_i$ separately also gives $\hat y_i$.
 
 **Within-cluster permutations.** Let $\pi$ shuffle the indices inside each pseudo-cluster (unlabelled samples stay
 put). The correlation loss is then computed between $h^{(1)}_i$ and $h^{(2)}_{\pi(i)}$. Maximising it pulls
-together different members of the same cluster. This is the class-level alignment that makes the embedding
-approach LDA's.
+together different members of the same cluster: the class-level alignment by which the paper relates the
+objective to LDA (not measured here).
 
 **Head loss.** Cross-entropy on the pseudo-labelled samples, for the fused and per-view embeddings. We add
 $\beta\,(\log K - H(\bar p))$, where $\bar p$ is the mean assignment, to keep all clusters in use.

@@ -20,7 +20,7 @@ layout.paper_header(
         "maximal-update parameterisation (μP) for PC: how initial weights and per-layer learning rates must "
         "scale with width so that every layer keeps learning. Under μP a learning rate tuned on a narrow "
         "network stays good on a wide one. It also shows that, in linear networks, the PC update sits between "
-        "the ordinary gradient and a Gauss–Newton step, and that γ·width decides where."
+        "the ordinary gradient and a Gauss–Newton step, and that how γ scales with width decides where."
     ),
     caveat=(
         "Small scale: digits regression with widths up to 512 and a few PC inference steps rather than full "
@@ -128,5 +128,6 @@ $$\Delta W_1\propto (h^*-W_1x)\,x^\top=\gamma\,W_2^\top(I+\gamma W_2W_2^\top)^{-
 When $\gamma W_2W_2^\top\to0$ this is the first-order gradient $W_2^\top e\,x^\top$; when it is large it becomes the
 Gauss–Newton-like $W_2^{+}e\,x^\top$. Under μP $W_2W_2^\top\sim1/M$, so γ fixed gives first order, and γ ∝ M keeps a
 width-independent mix. Under SP $W_2W_2^\top\sim1$: a fixed mix that is not first order. With an isotropic output
-layer (condition number 1) the two directions coincide.
+layer (condition number 1) the two directions coincide as the width grows (they already point alike at
+moderate width).
 """)

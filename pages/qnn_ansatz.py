@@ -96,6 +96,10 @@ with c4:
     names = [n for n, k in zip(res.design_names, ok) if k]
     charts.show(charts.bars(names, res.t_distance[ok], title="Closest distance to the T gate",
                             ylabel="channel distance", text_fmt=".3g"), key="tdist")
+    if not ok.all():
+        st.caption("No bar for " + ", ".join(n for n, k in zip(res.design_names, ok) if not k) + ": over a "
+                   "finite sample of a continuous ensemble the closest distance says more about the sample size "
+                   "than about the ensemble (for Haar, whose support contains T, it tends to 0 as samples grow).")
 download.download_csv(pd.DataFrame({"ensemble": res.design_names, "frame_potential": res.frame_potential,
                                     "distance_to_T": res.t_distance}), "qnn_design_panel.csv",
                       label="Download the 2-design panel (CSV)")

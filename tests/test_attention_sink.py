@@ -637,3 +637,18 @@ def test_training_sequences_follow_the_fixed_chain_whatever_the_seed():
     assert drawn and drawn[0].shape == (3000, 33)
     x = np.concatenate([d[:, :32] for d in drawn])
     _assert_follows_the_chain(x)
+
+
+def test_caveat_on_which_head_sinks_in_the_shipped_model(res):
+    """The page's caveat: in the shipped 2-head softmax model the head that copies at triggers (most of its
+    attention one token back there) is the one that parks on the start token at the other queries; the other
+    head also looks back at triggers but is close to the uniform causal share of the start token elsewhere."""
+    ds = res.dormant["softmax"]
+    assert ds["first_other"].shape == (1, 2)
+    sink = int(np.argmax(ds["first_other"][0]))
+    other = 1 - sink
+    assert ds["prev_trigger"][0, sink] > 0.8 and ds["first_other"][0, sink] > 0.5
+    assert ds["first_trigger"][0, sink] < 0.01                     # and does not sink where it copies
+    assert ds["prev_trigger"][0, other] > 0.5
+    assert abs(ds["first_other"][0, other] - res.metrics["alpha_untrained_mean"]) < 0.03
+    assert res.metrics["n_sink_heads"] == 1

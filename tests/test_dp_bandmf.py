@@ -22,7 +22,11 @@ def default_result():
 def test_claims_pass_at_default(default_result):
     cl = eng.claims(default_result)
     assert len(cl) >= 7
-    failed = [c.describe() for c in cl if not c.passed]
+    # the two badges read from a clock (the 2^17 optimisation's seconds and the time-vs-n slope) are shown but
+    # their verdicts are not asserted (timings belong to the benchmark); the fake-clock tests below check them
+    timed = [c for c in cl if c.label in eng.TIMING_CLAIM_LABELS]
+    assert len(timed) == 2 and all(np.isfinite(c.measured) for c in timed)
+    failed = [c.describe() for c in cl if not c.passed and c.label not in eng.TIMING_CLAIM_LABELS]
     assert not failed, failed
     assert default_result.metrics["b_best"] == 64 and default_result.metrics["b_best_low"] == 8
 
@@ -576,3 +580,23 @@ def test_fast_vs_dense_badge_fails_for_a_broken_fast_path(monkeypatch):
     bad = next(c for c in eng.claims(r) if c.statement.startswith("The O(n·b) fast path"))
     assert r.metrics["dense_check_n"] == 256
     assert bad.measured > 1e-4 and not bad.passed
+
+
+def test_slope_badge_fits_the_fast_path_from_n_1024_on(monkeypatch):
+    """The time-vs-n badge: a least-squares line through log t against log n of the fast path's timings at
+    n >= 1024 only (a pretend clock that makes the fast path take n^1.2 below 1024 and c·n above gives a slope of
+    exactly 1 there), numpy's polyfit as the reference; the dense path's slope skips its first size."""
+    def fake_timing(n_max, b):
+        n_fast = np.array([2**k for k in range(8, 17)])
+        t_fast = np.where(n_fast >= 1024, 1e-6 * n_fast, 1e-9 * n_fast ** 2.2)
+        n_dense = np.array([64, 128, 256, 512])
+        t_dense = np.array([5.0, 1e-6 * 128 ** 3, 1e-6 * 256 ** 3, 1e-6 * 512 ** 3])
+        return n_fast, t_fast, n_dense, t_dense
+
+    monkeypatch.setattr(eng, "_timing", fake_timing)
+    r = eng.run(eng.Config(n=256, max_bands=16, max_iters=40))
+    assert r.metrics["slope_fast"] == pytest.approx(1.0, abs=1e-9)
+    assert r.metrics["slope_dense"] == pytest.approx(3.0, abs=1e-9)
+    badge = next(c for c in eng.claims(r) if c.label == "log-log slope of time vs n")
+    assert badge.measured == r.metrics["slope_fast"] and badge.passed
+    np.testing.assert_array_equal(r.timing_fast, fake_timing(0, 0)[1])

