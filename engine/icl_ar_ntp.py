@@ -708,7 +708,8 @@ def bound_claim(res: Result) -> Claim:
     return Claim(
         f"The two-level PAC-Bayesian bound, computed for the trained weights, lies above the measured "
         f"generalization gap ({scope})", measured=m["bound_margin_min"], op=">=", threshold=0.0,
-        label="min over K of (bound − measured gap)", fmt=".3g",
+        label="min over K of (bound − measured gap)" if res.source == SOURCES[0] else "bound − measured gap",
+        fmt=".3g",
         detail=f"K={res.K}: bound {m['bound_sel']:.1f} = topic term {m['bound_topic_sel']:.1f} + sequence term "
                f"{m['bound_seq_sel']:.1f}; measured gap of the Gaussian posterior {m['q_gap_sel']:.3f} "
                f"(deterministic model {m['det_gap_sel']:.3f}); KL = {m['kl_sel']:.3g} nats, posterior std "

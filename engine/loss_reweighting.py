@@ -383,7 +383,7 @@ def claims(result: Result) -> list[Claim]:
                      f"rates between redundant fractions {f1:g} and {f2:g} is the predicted one",
                      measured=m["bound_ratio_error"], op="<=", threshold=BOUND_TOL,
                      label="|measured / predicted rate ratio − 1|",
-                     detail=f"a fixed experiment, independent of the widgets: informative scale s = "
+                     detail=f"a fixed experiment, independent of the widgets except the seed: informative scale s = "
                             f"{BOUND_SCALE:g}, SGD, lr {BOUND_LR:g}, uniform weights, fit over steps "
                             f"{BOUND_FIT_FROM}–{BOUND_STEPS}: "
                             f"rate ratio measured {m['bound_ratio_measured']:.3f}, predicted "

@@ -445,7 +445,7 @@ def claims(result: Result) -> list[Claim]:
               label="quality MBR-judge − best-of-N (reference-free)",
               detail=f"MBR-judge {q['MBR judge']:.3f}, best-of-N {q['best-of-N (reference-free judge)']:.3f} with a "
                      f"reference-free judge that knows each item with probability p_know (see the p_know plot: a "
-                     f"judge that knows much more overtakes MBR)"),
+                     f"judge that knows more overtakes MBR)"),
         Claim(f"Inside MBR, the meaning-aware judge beats the lexical ({result.lexical_metric}, sacrebleu), "
               "token-overlap and embedding utilities", measured=m["gain_over_other_utilities"], op=">=", threshold=0.08,
               label="quality MBR-judge − MBR-other (worst case of lexical, token overlap, embedding)",

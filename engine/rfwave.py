@@ -917,7 +917,8 @@ def claims(result: Result) -> list[Claim]:
         Claim("Time points chosen by straightness beat uniform ones at N = 4",
               m["lsd_straight4"] / m["lsd_uniform4"], "<", 1.0, label="LSD(straightness) / LSD(uniform)",
               detail=f"{m['lsd_straight4']:.2f} vs {m['lsd_uniform4']:.2f} dB (reversed grid, the negative "
-                     f"control: {m['lsd_reversed4']:.2f} dB), noise seeds 0 and 1", fmt=".3f"),
+                     f"control: {m['lsd_reversed4']:.2f} dB), noise seeds {result.config.seed} and "
+                     f"{result.config.seed + 1}", fmt=".3f"),
         Claim("Faster than real time on this CPU (timing, machine-dependent)", m["rtf"], "<", 1.0,
               label="real-time factor", detail="wall time of sampling + iSTFT / audio duration, one thread",
               fmt=".3f"),

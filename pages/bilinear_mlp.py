@@ -21,7 +21,8 @@ layout.paper_header(
         "data-free explanation of what the layer computes. Below, a bilinear classifier is trained live on "
         "scikit-learn's 8×8 digits; we decompose it, truncate it to a few eigenvectors, and steer it."
     ),
-    caveat="Small scale: 8×8 digits and 64 hidden units instead of MNIST with 256 units; the language-model "
+    caveat="Small scale: 8×8 digits and a hidden width of 64 by default (the slider reaches 256) instead of "
+           "MNIST with 256 units; the language-model "
            "and sparse-autoencoder parts of the paper are not reproduced. The held-out set is 500 digits (the "
            "spec's split would hold out all 597 left after 1 200 training images).",
 )

@@ -71,6 +71,10 @@ if cfg.blender == "mlp":
                "layout).")
             + " The rule blender's gate is fixed by its two rules and only weighted by training.",
             icon=":material/info:")
+elif not np.isfinite(m["keep_progress_blend"]):
+    st.info("The mirrored-layout comparison cannot be measured on this run: the blend makes almost no progress on "
+            f"the standard layout (success {tb['blend']['standard']['success']:.2f}), so there is nothing to keep. "
+            "Train longer (or use the shipped agents) to compare the two layouts.", icon=":material/info:")
 elif not m["keep_progress_blend"] >= eng.KEEP_BAR:
     rs, rm = m["reflex_progress"]
     st.info("Not reproduced: under the mirrored layout the blend keeps only "

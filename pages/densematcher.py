@@ -23,7 +23,7 @@ layout.paper_header(
         "map*: instead of matching points directly, it matches the two shapes' smooth vibration modes "
         "(Laplace–Beltrami eigenfunctions), which turns a huge assignment problem into a small matrix that "
         "least squares can find. This page runs that last stage for real on generated shapes — a lumpy "
-        "'critter' and a bent, re-tessellated copy of it — with descriptors computed from the geometry, "
+        "'critter' and a deformed (by default bent and re-tessellated) copy of it — with descriptors computed from the geometry, "
         "then carries the source's colours to the target through the map."
     ),
     caveat=(
@@ -144,8 +144,8 @@ src_rgb = res.source_rgb
 
 st.subheader("Correspondence, shown as colour transfer")
 st.caption("Left: the source, painted with a smooth colour field. Right: the target, each vertex painted with the "
-           "colour of the source vertex the map sends it to. A good map reproduces the same pattern on the bent "
-           "target; drag to rotate either view.")
+           "colour of the source vertex the map sends it to. A good map reproduces the same pattern on the "
+           "deformed target; drag to rotate either view.")
 views = ["refined", "initial", "xyz"] + (["error"] if res.has_truth else [])
 # panel titles are short: two 3-D panels side by side leave about 230 px each on a phone
 short_view = {"refined": "refined map", "initial": "initial map", "xyz": "xyz baseline", "error": "geodesic error"}

@@ -67,7 +67,11 @@ if not (m["regret_ratio_adv"] <= 1.0 and m["regret_ratio_qes"] <= 1.0):
             "updates, but that has not bought it a lower regret than UCB-Hoeffding's (compare the bars per "
             "doubling).")
     parts.append(
-        "The advantage that does show here is UCB-Advantage's far smaller number of policy switches. The paper "
+        ("The advantage that does show here is UCB-Advantage's far smaller number of policy switches "
+         f"({m['switch_ratio']:.2f} of UCB-Hoeffding's). " if m["switch_ratio"] <= 0.3 else
+         f"Even UCB-Advantage's policy switches are not far fewer on this run ({m['switch_ratio']:.2f} of "
+         "UCB-Hoeffding's). ")
+        + "The paper "
         "has no experiments: it compares the order of the bounds in T, H and 1/Δ (H⁵ against H⁶, in the table "
         "below), which needs far longer runs than a live page.")
     st.info(" ".join(parts))
@@ -171,8 +175,9 @@ st.subheader(f"Where the learners still err (last 10 % of episodes, {groups[0]})
 # percent all the same dark colour
 z_top = max([float(np.nanmax(res.subopt_visits[ai])) for ai, _ in shown
              if np.isfinite(res.subopt_visits[ai]).any()] + [0.01])
-st.caption("Share of the visits to each state and step that took a suboptimal action; one colour scale for all "
-           f"three maps, topped at the largest share ({z_top:.1%}). Blank cells were not visited.")
+st.caption("Share of the visits to each state and step that took a suboptimal action; "
+           + (f"one colour scale for all {len(shown)} maps, " if len(shown) > 1 else "")
+           + f"topped at the largest share ({z_top:.1%}). Blank cells were not visited.")
 cols = st.columns(len(shown))
 for col, (ai, name) in zip(cols, shown):
     with col:

@@ -112,7 +112,11 @@ st.caption("Negative control for the last claim (the distance prefers the clean 
            "with the scene's own log)."
            + (" Since another scene's log does nearly as well, the collision / off-road occupancy features, which "
               "any expert log lacks, carry most of that agreement; the scene-specific part of the distance mainly "
-              "orders rollouts without events." if m["agreement_control"] >= m["agreement"] - 0.1 else
+              "orders rollouts without events." if m["agreement_control"] >= m["agreement"] - 0.1
+              and cfg.event_weight > 0 else
+              " Another scene's log does nearly as well here, with the event features weighted 0, so the "
+              "scene-specific part of the distance adds little to these rankings." if
+              m["agreement_control"] >= m["agreement"] - 0.1 else
               " The scene's own log does clearly better, so the scene-specific part of the distance matters here."))
 download.download_csv(pd.DataFrame({"rank": np.arange(1, K + 1), "omf_distance": res.rank_dist,
                                     "has_event": res.rank_events.any((1, 2))}), "ipm_ranking.csv",

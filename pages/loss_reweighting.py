@@ -171,7 +171,7 @@ if len(res.snap_steps):
     fig.update_layout(barmode="overlay")
     fig.update_xaxes(title="log10 per-row loss ½(xᵀθ − y)²")
     fig.update_yaxes(title="rows")
-    charts.show(charts.themed(fig, f"{lab[h_strat]}, seed 0, after {h_step} steps: all {len(L)} training rows", 340),
+    charts.show(charts.themed(fig, f"{lab[h_strat]}, first seed of the run, after {h_step} steps: all {len(L)} training rows", 340),
                 key="loss-hist")
     download.download_csv(pd.DataFrame({"group": np.asarray(eng.GROUPS)[res.row_groups], "log10_loss": L}),
                           f"reweighting_row_losses_{h_strat}_step{h_step}.csv", key="dl-reweighting-row-losses")

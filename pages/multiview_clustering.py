@@ -15,8 +15,8 @@ SLUG = "multiview-clustering"
 layout.paper_header(
     SLUG,
     idea=(
-        "Two *views* describe the same objects: here, a rotated digit, and a different, noisy image of the "
-        "same digit. Each view also carries variation of its own, and clustering the two views glued together "
+        "Two *views* describe the same objects: here (digits data), a rotated digit, and a different, noisy "
+        "image of the same digit. Each view also carries variation of its own, and clustering the two views glued together "
         "finds the classes only partly, because that private variation pulls it elsewhere. What the views **share** is the class, and canonical correlation "
         "analysis (CCA) looks for exactly that: directions in each view that move together. COPER trains one "
         "neural encoder per view to maximise the canonical correlation between their embeddings. A "

@@ -133,8 +133,9 @@ if res.sweep:
                                  ylabel="TPR (z > 3.09)", mode="lines+markers"), key="sweep-tpr")
     download.download_csv(pd.DataFrame({k: v for k, v in sw.items() if k != "attack"}).assign(attack=sw["attack"]),
                           "tabwak_attack_sweep.csv", key="dl-tabwak-sweep")
-    st.caption(f"{min(cfg.n_rows, eng.N_CLAIM2)}-row sub-tables drawn from {eng.N_CLAIM2} rows of each method, "
-               "attacked afresh at every strength "
+    st.caption(f"{min(cfg.n_rows, eng.N_CLAIM2)}-row sub-tables (under row deletion, fewer as the strength "
+               f"grows; TabWak* scores only the rows with valid bits) drawn from {eng.N_CLAIM2} rows of each "
+               "method, attacked afresh at every strength "
                "(the same random numbers for both methods), then encoded and inverted as above. Column deletion "
                "imputes the deleted columns with their mean, so the latent rows are biased rather than only noisier "
                "and z need not fall steadily with the number of columns deleted.")

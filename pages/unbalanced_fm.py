@@ -25,8 +25,8 @@ layout.paper_header(
         "marginals are* against *how precise the flow is*. FlexDock uses this twice: a coarse flow gets the "
         "overall picture right, and a short-range relaxation flow, trained only on nearby pairs of "
         "(coarse output, true target), polishes each output. Here the protein conformations are four "
-        "Gaussian modes in the plane: a broad 'apo' source and a slightly rotated, sharp, re-weighted "
-        "'holo' target."
+        "Gaussian modes in the plane: a broad 'apo' source and a slightly rotated, sharp "
+        "'holo' target, re-weighted by default."
     ),
     caveat="Toy scale: 2-D Gaussian mixtures replace protein structures, a Euclidean cutoff replaces the RMSD "
            "filter, and 'physically valid' becomes 'within 3σ₁ of a target mode'. Flows are small MLPs "
