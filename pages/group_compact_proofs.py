@@ -59,10 +59,10 @@ if m["bound"] < 0.5 and res.method == "rho-sets":
            "to the error term" if missing else "")
         + f". The median error bound ({m['rho_error_median']:.3g}) exceeds the idealised margin "
         f"({m['rho_ideal_margin']:.3g}): "
-        + (f"the added weight noise (relative σ = {cfg.noise:g}) inflates the error term past the margin, "
-           "although the network " + ("is still accurate" if m["accuracy"] >= 0.9 else
-                                      f"is right on only {m['accuracy']:.1%}")
-           + " (see the equivariance errors in section 2)." if cfg.noise > 0 else
+        + (f"weight noise is added here (relative σ = {cfg.noise:g}), which inflates the error term, and the "
+           "network " + ("is still accurate" if m["accuracy"] >= 0.9 else f"is right on only {m['accuracy']:.1%}")
+           + ". Set the noise to 0 to see whether the proof holds for the network as trained (see also the "
+           "equivariance errors in section 2)." if cfg.noise > 0 else
            ("the network is accurate, but" if m["accuracy"] >= 0.9 else
             f"the network itself is right on only {m['accuracy']:.1%}, and")
            + " it is not the bi-equivariant circuit the paper describes (see also the equivariance errors in "

@@ -707,3 +707,16 @@ def test_object_state_names_the_nearest_ball_on_the_agents_floor_by_a_loop():
             tested_two += 1
             assert round(float(z[i, 3] * 8)) == best[0] and z[i, 4] == best[1], (i, offs)
     assert tested_two > 20                       # the two-balls floor was exercised
+
+
+def test_mirrored_box_when_the_keep_ratio_cannot_be_measured(default_result):
+    """A blend with no progress on the standard layout has no keep ratio (NaN): the page says the comparison
+    cannot be measured instead of printing 'keeps only nan of its progress'."""
+    import copy
+
+    r = copy.deepcopy(default_result)
+    r.metrics["keep_progress_blend"] = float("nan")
+    at = open_page("blendrl", seed=(("engine.blendrl", eng.Config(), r),))
+    texts = [i.value for i in at.info]
+    assert any("cannot be measured" in t for t in texts)
+    assert not any("nan" in t for t in texts)

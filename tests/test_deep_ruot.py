@@ -582,3 +582,15 @@ def test_growth_correlation_scores_cells_on_their_true_cluster_when_clusters_ove
     want = np.corrcoef(g_all, by_member)[0, 1]
     assert r.metrics["g_corr"] == pytest.approx(want, abs=1e-4)
     assert abs(np.corrcoef(g_all, by_side)[0, 1] - want) > 1e-3
+
+
+def test_growth_badges_name_the_zero_rates_at_gamma_0(default_result):
+    """At γ = 0 nothing grows or dies: the badges' statements say so rather than naming a growing and a dying
+    cluster with truth ±0 (the measured quantities are unchanged)."""
+    import dataclasses
+
+    zero = eng.claims(dataclasses.replace(default_result, gamma=0.0))
+    assert "γ = 0" in zero[0].statement and all("truth" not in c.statement for c in zero)
+    assert any("growth rate, zero here" in c.statement for c in zero)
+    base = eng.claims(default_result)
+    assert "growth and death" in base[0].statement

@@ -557,3 +557,19 @@ def test_single_feature_choice_splits_on_that_feature(features, col):
 
     assert separated(r.desc_white[:, col])
     assert not separated(r.desc_white[:, 1 - col])
+
+
+def test_headline_box_says_so_when_no_attack_beats_chance(default_result):
+    """With every AUC within the chance bar (e.g. an untrained target), the box says there is no membership signal
+    rather than 'DocMIA beats the loss threshold'; the box plot's title quotes the single-question AUC."""
+    import copy
+
+    r = copy.deepcopy(default_result)
+    r.metrics.update(auc_white=0.511, auc_black=0.49, auc_loss=0.464, auc_chance_bar=0.56,
+                     white_minus_loss_or_chance=0.511 - 0.56, black_minus_loss_or_chance=0.49 - 0.56)
+    at = open_page("docvqa_mia", seed=(("engine.docvqa_mia", eng.Config(), r),))
+    box = next(i.value for i in at.info if "loss threshold" in i.value or "membership signal" in i.value)
+    assert box.startswith("**No membership signal on this run:**") and "DocMIA beats" not in box
+    at = open_page("docvqa_mia", seed=(("engine.docvqa_mia", eng.Config(), default_result),))
+    titles = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any(f"one question alone: AUC {default_result.metrics['auc_single']:.3f}" in t for t in titles)

@@ -676,3 +676,14 @@ def test_every_badge_is_read_from_the_first_gap_groups_curves(default_result):
     assert got == pytest.approx(want, rel=1e-9)
     # the groups really differ at the default, so reading the wrong one would change the badges
     assert abs(at(r.switches, 1, 1, K) / at(r.switches, 0, 1, K) - want[-2]) > 0.01
+
+
+def test_switch_increment_ratio_is_floored_at_one_switch():
+    """With the theory's bonus c = 1 UCB-Advantage switches about once in all, so the last two doublings add
+    (almost) nothing: the increment ratio divides by at least one switch and stays finite (it used to read 1e9
+    and fail); the detail quotes the total."""
+    r = eng.run(eng.Config(bonus=1.0))
+    m = r.metrics
+    assert np.isfinite(m["sw_incr_ratio_adv_0"]) and m["sw_incr_ratio_adv_0"] <= 1.0
+    badge = next(c for c in eng.claims(r) if c.label == "switch increment, last / previous doubling")
+    assert badge.passed and f"switched {m['switches_adv_0']:.1f} times" in badge.detail

@@ -712,3 +712,16 @@ def _cycles(p):
             j = p[j]
         out.append(cyc)
     return out
+
+
+def test_weak_rho_set_box_blames_the_added_noise_when_there_is_some():
+    """With weight noise the S5 network is the paper's circuit plus noise: the 'proof fails' box names the noise
+    (which inflates the error term) and points to the noise-free run, instead of saying the network is not the
+    bi-equivariant circuit."""
+    from tests.pagetext import open_page
+
+    at = open_page("group_compact_proofs", {"noise": "0.05"})
+    box = " ".join(i.value for i in at.info)
+    assert "exceeds the idealised margin" in box                  # the rho-set proof certifies 0 % there
+    assert "weight noise is added here (relative σ = 0.05)" in box and "not the bi-equivariant circuit" not in box
+    assert "Set the noise to 0" in box

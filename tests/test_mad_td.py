@@ -709,3 +709,20 @@ def test_td_target_queries_the_target_critic_at_pi_of_the_next_state(monkeypatch
         np.testing.assert_allclose(a, -s @ k_star, rtol=1e-6, atol=1e-9)
         if k > 0:
             assert gap > 0                      # a Polyak-lagged target, not a copy of the online critic
+
+
+def test_claim1_box_follows_the_sign_of_the_model_rows_effect(default_result):
+    """The 'Claim 1 misses its bar' box: 'still lower' only when the model rows do lower the error; a run where
+    they raise it (ratio < 1, as at seed 1, UTD 2) says so instead."""
+    import copy
+
+    worse = copy.deepcopy(default_result)
+    worse.metrics.update(real_final=1.9, mad_final=2.41, ratio_real_mad=1.9 / 2.41)
+    at = open_page("mad_td", seed=(("engine.mad_td", eng.Config(), worse),))
+    box = next(i.value for i in at.info if "Claim 1 misses" in i.value)
+    assert "do not lower" in box and "still lower" not in box and "ratio 0.79" in box
+    better = copy.deepcopy(default_result)
+    better.metrics.update(real_final=2.0, mad_final=1.6, ratio_real_mad=1.25)
+    at = open_page("mad_td", seed=(("engine.mad_td", eng.Config(), better),))
+    box = next(i.value for i in at.info if "Claim 1 misses" in i.value)
+    assert "still lower" in box and "ratio 1.25" in box

@@ -709,3 +709,14 @@ def test_cost_and_success_badges_are_the_seed_mean_ratios(res):
         fake.metrics = {**res.metrics, "cost_srpl": s_cost, "cost_baseline": b_cost,
                         "success_srpl": s_succ, "success_baseline": b_succ}
         assert [bool(c.passed) for c in eng.claims(fake)[:3]] == ok
+
+
+def test_risk_map_title_counts_the_steps_its_bins_cover():
+    """The S2C heat map sums the first bins of the steps-to-cost distribution (about 2 steps): one bin of 5 steps
+    at bin size 5, so its title says 5 steps there (it used to say ~2 at every bin size)."""
+    at = open_page("safety_representations", {"bin_size": "5"})
+    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("P(cost within 5 step(s))" in s for s in specs)
+    at = open_page("safety_representations", seed=(("engine.safety_representations", eng.Config(),
+                                                      eng.run(eng.Config())),))
+    assert any("P(cost within 2 step(s))" in c.proto.spec for c in at.get("plotly_chart"))

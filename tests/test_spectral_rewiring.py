@@ -704,3 +704,16 @@ def test_each_seed_draws_its_own_graph_labels_and_split():
     assert (rec["adjs"][first] != rec["adjs"][second]).nnz > 0
     assert not np.array_equal(rec["labs"][mis * M + none], rec["labs"][R * M + mis * M + none])
     assert set(rec["trs"][first].tolist()) != set(rec["trs"][second].tolist())
+
+
+def test_misaligned_badge_does_not_apply_to_mostly_aligned_labels(default_result):
+    """The last badge's premise is labels that do not follow the communities: above ALIGN_PREMISE it reads nan
+    with the reason, and the run records the alignment it used."""
+    import copy
+
+    assert default_result.metrics["alignment"] == eng.Config().alignment <= eng.ALIGN_PREMISE
+    assert np.isfinite(eng.claims(default_result)[-1].measured)
+    r = copy.deepcopy(default_result)
+    r.metrics["alignment"] = 0.8
+    last = eng.claims(r)[-1]
+    assert np.isnan(last.measured) and not last.passed and "not applicable at alignment 0.80" in last.detail

@@ -703,3 +703,22 @@ def test_relaxation_flow_trains_on_pairs_from_a_outputs_within_tau_b(monkeypatch
     u1 = np.concatenate([p[1] for p in calls[0][1][1]])
     assert np.sqrt(((u1 - u0) ** 2).sum(1)).max() > 0.6
     assert res.metrics["z_relax"] == pytest.approx(s_b.kept / s_b.candidates)
+
+
+def test_unbalanced_badges_do_not_apply_when_there_is_nothing_to_compare(default_result):
+    """Badges 3-4 compare the unbalanced flow with standard FM: at τ = ∞ the two are one method, and with the
+    target's mode weights equal to the source's there are no weights to lose; the badges then read nan (not
+    applicable) and say why, instead of failing on a premise that does not hold."""
+    import copy
+    import dataclasses
+
+    base = eng.claims(default_result)
+    assert np.isfinite(base[2].measured) and np.isfinite(base[3].measured)
+    inf = eng.claims(dataclasses.replace(default_result, tau=float("inf")))
+    assert np.isnan(inf[2].measured) and np.isnan(inf[3].measured) and not inf[2].passed
+    assert "not applicable at τ = ∞" in inf[2].detail and "not applicable" in inf[3].detail
+    same = copy.deepcopy(default_result)
+    same.metrics["weights_differ"] = 0.0
+    cl = eng.claims(same)
+    assert np.isfinite(cl[2].measured) and np.isnan(cl[3].measured) and "Target mode weights = same" in cl[3].detail
+    assert default_result.metrics["weights_differ"] == 1.0               # the default target is re-weighted
