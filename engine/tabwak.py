@@ -428,7 +428,8 @@ def run(config: Config, progress=None) -> Result:
 
     m: dict[str, float] = {"tpr": float((zw > Z_THRESHOLD).mean()), "fpr": float((zp > Z_THRESHOLD).mean()),
                            "z_wm_mean": float(zw.mean()), "z_plain_mean": float(zp.mean()),
-                           "n_rows_used": float(n_used), "checkpoint_retrained": float(retrained),
+                           "n_rows_used": float(n_used), "n_rows_scored": float(np.isfinite(sc_wm).sum()),
+                           "checkpoint_retrained": float(retrained),
                            "score_wm_mean": float(np.nanmean(sc_wm)), "score_plain_mean": float(np.nanmean(sc_plain))}
 
     # claim 2: noise a = CLAIM2_SIGMA column stds on TabWak and TabWak*

@@ -72,7 +72,7 @@ if failed:
                     + (f", and a perfect fit of the buffer's own per-cell label frequencies would score "
                        f"{m['tv_emp_exact']:.3f}: the labels come mostly from earlier, more random policies, so against "
                        "the final policy it is the age of the data, not the fit, that keeps the model behind the "
-                       "histogram. " if m["tv_emp_exact"] >= m["tv_marginal"] else
+                       "histogram. " if m["tv_emp_exact"] >= m["tv_marginal"] and m["tv"] >= m["tv_marginal"] else
                        f"; a perfect fit of the buffer's own per-cell label frequencies would score "
                        f"{m['tv_emp_exact']:.3f}. "))
     st.info(

@@ -109,7 +109,9 @@ with right:
     # label at mid-height: at the top it runs into the legend row in a half-width column on a tablet (768 px)
     fig.add_vline(x=eng.Z_THRESHOLD, line_dash="dot", annotation_text="3.09 (0.1 % FPR)",
                   annotation_position="right")
-    charts.themed(fig, f"Table z-scores over 100 random tables of {int(m['n_rows_used'])} rows", 360,
+    _whole = m["n_rows_used"] >= m["n_rows_scored"]      # every draw takes all scored rows: one table, 100 times
+    charts.themed(fig, f"Table z-scores over 100 random tables of {int(m['n_rows_used'])} rows"
+                  + (" (all scored rows of the pool: the same table each time)" if _whole else ""), 360,
                   barmode="overlay")
     fig.update_xaxes(title="z")
     fig.update_yaxes(title="tables")

@@ -523,3 +523,17 @@ def test_synthesised_tables_carry_at_most_4_significant_figures(rebuilt):
     # and not a 4-decimal grid: the small columns (about 1e-3) keep digits beyond the 4th decimal
     rows = rebuilt["rows"]
     assert np.mean(~np.isclose(rows, np.round(rows, 4), rtol=0, atol=1e-12)) > 0.1
+
+
+def test_z_histogram_title_says_when_every_draw_is_the_whole_pool():
+    """With n_rows as large as the pool's scored rows, the 100 'random tables' are one table drawn 100 times: the
+    histogram's title says so (and does not at the default 200 rows)."""
+    from tests.pagetext import open_page
+
+    at = open_page("tabwak", {"n_rows": "1000"})
+    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    assert any("same table each time" in s for s in specs)
+    r = eng.run(eng.Config())
+    assert r.metrics["n_rows_used"] < r.metrics["n_rows_scored"]
+    at = open_page("tabwak", seed=(("engine.tabwak", eng.Config(), r),))
+    assert not any("same table each time" in c.proto.spec for c in at.get("plotly_chart"))
