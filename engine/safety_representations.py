@@ -676,6 +676,7 @@ def _run_variants(config: Config, variants: list, progress=None) -> Result:
     # how sharp the learned risk map is: P(cost within ~2 steps), S2C vs exact, on land cells (seed 0)
     nb = max(1, min(r0["pred"].shape[-1] - 1, 2 // config.bin_size))
     land = ~water
+    metrics["risk_bins"] = float(nb)                  # the page's risk maps sum these first bins too
     metrics["risk_pred_max"] = float(r0["pred"][..., :nb].sum(-1)[land].max())
     metrics["risk_exact_max"] = float(r0["exact"][..., :nb].sum(-1)[land].max())
     # share of the violations that happen while epsilon is still annealing (first 40 % of the steps)

@@ -35,8 +35,8 @@ layout.device_indicator()
 res = run_or_stop("engine.safety_representations", cfg, label="Training agents")
 cl = eng.claims(res)
 layout.claims_panel(cl)
-# "near a hazard": the first bins of the steps-to-cost distribution, about 2 steps (as the engine's risk metrics)
-near_bins = max(1, min(res.pred_dist.shape[-1] - 1, 2 // cfg.bin_size))
+# "near a hazard": the first bins of the steps-to-cost distribution (about 2 steps), as the engine's risk metrics
+near_bins = int(res.metrics["risk_bins"])
 near_steps = near_bins * cfg.bin_size
 failed = [c.label for c in cl[:3] if not c.passed]
 if failed:
