@@ -349,11 +349,12 @@ class GCNOutcome:
     test_acc: np.ndarray      # (B,) test accuracy at the epoch of best validation accuracy
     val_acc: np.ndarray       # (B,) best validation accuracy
     train_loss: np.ndarray    # (epochs,) mean training loss over the B models
+    group_acc: np.ndarray | None = None   # (B, G) accuracy on each of G node groups, same model and epoch as test_acc
 
 
 def train_gcns(adjs, feats, labels, train_idx, val_idx, test_idx, hidden: int = 32, epochs: int = 150,
                lr: float = 0.01, weight_decay: float = 5e-4, dropout: float = 0.5, seed: int = 0,
-               same_init: bool = True, progress=None, device=None) -> GCNOutcome:
+               same_init: bool = True, progress=None, device=None, groups=None) -> GCNOutcome:
     """Train B independent 2-layer GCNs, model b on graph ``adjs[b]`` with ``feats[b]``/``labels[b]``.
 
     All graphs have n nodes and all features d columns. The B propagations run as one
@@ -361,7 +362,9 @@ def train_gcns(adjs, feats, labels, train_idx, val_idx, test_idx, hidden: int = 
     has independent gradients per model and Adam is element-wise, so this equals training
     the B models one by one. ``train_idx``/``val_idx``/``test_idx`` are either one index
     array shared by all models or a list of B arrays. With ``same_init`` all models start
-    from the same weights (a paired comparison between graphs).
+    from the same weights (a paired comparison between graphs). ``groups`` (optional) is a list
+    of G node-index arrays, shared by all models: each model is also scored on every group at
+    its own best-validation epoch, so that per-group and overall accuracies come from one model.
     """
     import torch
 
@@ -397,6 +400,11 @@ def train_gcns(adjs, feats, labels, train_idx, val_idx, test_idx, hidden: int = 
         return M.to(dev)
 
     Mtr, Mva, Mte = masks(tr), masks(va), masks(te)
+    group_list = [np.asarray(gi, dtype=np.int64) for gi in (groups or [])]
+    Mgr = torch.zeros(len(group_list), n, dtype=torch.bool)
+    for j, gi in enumerate(group_list):
+        Mgr[j, torch.as_tensor(gi)] = True
+    Mgr = Mgr.to(dev).float()
     g = torch.Generator().manual_seed(int(seed))
 
     def glorot(fan_in, fan_out):
@@ -426,6 +434,7 @@ def train_gcns(adjs, feats, labels, train_idx, val_idx, test_idx, hidden: int = 
 
     best_val = torch.full((B,), -1.0, device=dev)
     best_test = torch.zeros(B, device=dev)
+    best_group = torch.zeros(B, len(group_list), device=dev)
     n_tr = Mtr.sum(1).clamp(min=1).float()
     losses = np.zeros(int(epochs))
     for ep in range(int(epochs)):
@@ -444,7 +453,11 @@ def train_gcns(adjs, feats, labels, train_idx, val_idx, test_idx, hidden: int = 
             better = va_acc > best_val
             best_val = torch.where(better, va_acc, best_val)
             best_test = torch.where(better, te_acc, best_test)
+            if group_list:
+                gr_acc = (corr @ Mgr.T) / Mgr.sum(1).clamp(min=1)                 # (B, G)
+                best_group = torch.where(better[:, None], gr_acc, best_group)
         if ep % 10 == 0 or ep == epochs - 1:
             report(progress, (ep + 1) / epochs, f"training {B} GCNs: epoch {ep + 1}/{epochs}")
     return GCNOutcome(test_acc=best_test.cpu().numpy().astype(np.float64),
-                      val_acc=best_val.cpu().numpy().astype(np.float64), train_loss=losses)
+                      val_acc=best_val.cpu().numpy().astype(np.float64), train_loss=losses,
+                      group_acc=best_group.cpu().numpy().astype(np.float64) if group_list else None)

@@ -438,18 +438,17 @@ def run(config: Config, progress=None) -> Result:
         for name in CRITERIA:
             grid[f"global {name} @ {s_:.1f}"] = global_sparsify(A, und[name], edges,
                                                                 max(1, int(round((1 - s_) * len(edges)))))
-    # one batched training from the same initial weights: each focus graph twice (one model scored on
-    # each region's test nodes), each grid graph once (scored on all test nodes)
+    # one batched training from the same initial weights, one model per graph; each focus graph's model is
+    # scored on all test nodes and, at the same epoch, on each region's test nodes
     te_r = [te[region[te] == r] for r in (0, 1)]
     fnames, gnames = list(focus), list(grid)
-    adjs = [focus[k] for k in fnames for _ in (0, 1)] + [grid[k] for k in gnames]
-    tests = [te_r[r] for _ in fnames for r in (0, 1)] + [te] * len(gnames)
-    out = train_gcns(adjs, [X] * len(adjs), [y] * len(adjs), tr, va, tests, hidden=c.hidden,
-                     epochs=c.gcn_epochs, seed=c.seed, progress=ProgressSpan(progress, 0.45, 0.85, "evaluation: "))
-    w = np.array([len(te_r[0]), len(te_r[1])], float) / len(te)
-    region_acc = {k: out.test_acc[2 * i: 2 * i + 2] for i, k in enumerate(fnames)}
-    acc = {k: float(region_acc[k] @ w) for k in fnames}
-    acc.update({k: float(out.test_acc[2 * len(fnames) + j]) for j, k in enumerate(gnames)})
+    adjs = [focus[k] for k in fnames] + [grid[k] for k in gnames]
+    out = train_gcns(adjs, [X] * len(adjs), [y] * len(adjs), tr, va, te, hidden=c.hidden,
+                     epochs=c.gcn_epochs, seed=c.seed, progress=ProgressSpan(progress, 0.45, 0.85, "evaluation: "),
+                     groups=te_r)
+    region_acc = {k: out.group_acc[i] for i, k in enumerate(fnames)}
+    acc = {k: float(out.test_acc[i]) for i, k in enumerate(fnames)}
+    acc.update({k: float(out.test_acc[len(fnames) + j]) for j, k in enumerate(gnames)})
     base_r, _ = _region_stats(A, y, region)
     region_keep, hom_kept = {}, {}
     for k in fnames:

@@ -243,3 +243,27 @@ def test_gcn_scores_validation_and_test_nodes_against_their_own_labels():
     y[te] = (y[te] + 1) % 3
     out = G.train_gcns([g.A], [g.X], [y], tr, va, te, hidden=16, epochs=60, dropout=0.0, seed=0)
     assert out.val_acc[0] >= 0.9 and out.test_acc[0] <= 0.1
+
+
+def test_gcn_group_accuracies_come_from_the_model_and_epoch_of_the_test_accuracy():
+    """Groups that split the test set score the same model at the same epoch: weighted by group sizes they give
+    the test accuracy back, and each group's accuracy equals that of a run whose test set is the group alone
+    (no dropout, so the runs are identical); the labels of one group are scrambled to make the groups differ."""
+    n = 90
+    g = G.attributed_sbm(n, 3, 0.3, 0.02, 1.0, 0.3, np.random.default_rng(5), dim=6)
+    idx = np.random.default_rng(5).permutation(n)
+    tr, va, te = idx[:30], idx[30:50], idx[50:]
+    y = g.labels.copy()
+    groups = [te[:15], te[15:]]
+    y[groups[1][::2]] = (y[groups[1][::2]] + 1) % 3
+    kw = dict(hidden=8, epochs=40, dropout=0.0, seed=2)
+    out = G.train_gcns([g.A, g.A], [g.X, g.X], [y, y], tr, va, te, groups=groups, **kw)
+    assert out.group_acc.shape == (2, 2)
+    sizes = np.array([len(x) for x in groups], float)
+    np.testing.assert_allclose(out.group_acc @ sizes / sizes.sum(), out.test_acc, atol=1e-6)
+    for j, gr in enumerate(groups):
+        alone = G.train_gcns([g.A, g.A], [g.X, g.X], [y, y], tr, va, gr, **kw)
+        np.testing.assert_allclose(out.group_acc[:, j], alone.test_acc)
+        np.testing.assert_allclose(out.group_acc[:, j] * len(gr), np.round(out.group_acc[:, j] * len(gr)), atol=1e-4)
+    assert out.group_acc[0, 0] > out.group_acc[0, 1]
+    assert G.train_gcns([g.A], [g.X], [y], tr, va, te, **kw).group_acc is None
