@@ -645,9 +645,23 @@ def leave_some_out(orders: dict, ckpt, qids: np.ndarray, k: int, steps: int, see
         lp = torch.log_softmax(logits_fn(new, qx[None].expand(len(LOO_ARMS), -1, -1)), -1)
         lp = lp[:, torch.arange(len(qids)), qy].numpy()
     drops = lp[0][None, :] - lp                                  # (arms, queries)
-    return {"arms": list(LOO_ARMS), "query_ids": qids, "drops": drops, "mean": drops.mean(1),
-            "se": drops.std(1, ddof=1) / math.sqrt(len(qids)), "median": np.median(drops, 1),
+    mean, median = drops.mean(1), np.median(drops, 1)
+    return {"arms": list(LOO_ARMS), "query_ids": qids, "drops": drops, "mean": mean,
+            "se": drops.std(1, ddof=1) / math.sqrt(len(qids)), "median": median,
+            "heavy_tailed": heavy_tailed(list(LOO_ARMS), mean, median),
             "n_removed": drop.sum(1), "recall": np.asarray(recall), "steps": steps, "k": k}
+
+
+# the arms the page names when it describes the spread of the drops, and the median/mean ratio below which an
+# arm's drops count as heavy-tailed (a few queries carry most of the mean)
+TAIL_ARMS = ("bm25", "adam_cos", "trackstar")
+HEAVY_TAIL_RATIO = 0.8
+
+
+def heavy_tailed(arms: list[str], mean: np.ndarray, median: np.ndarray) -> bool:
+    """True when most of TAIL_ARMS have a median drop below HEAVY_TAIL_RATIO times their mean drop."""
+    shown = [i for i, a in enumerate(arms) if a in TAIL_ARMS]
+    return sum(bool(median[i] < HEAVY_TAIL_RATIO * mean[i]) for i in shown) * 2 > len(shown)
 
 
 # ------------------------------------------------------------------------------------------- config

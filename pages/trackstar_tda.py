@@ -167,16 +167,14 @@ else:
     charts.show(fig, key="loo")
     ladder = [m[f"loo_{k}"] for k in eng.GRAD_METHODS]
     best = max(("bm25", *eng.GRAD_METHODS), key=lambda k: m[f"loo_{k}"])
-    # "heavy-tailed": the median below the mean for most of the shown arms
-    _shown = [i for i, a in enumerate(lo["arms"]) if a in ("bm25", "adam_cos", "trackstar")]
-    heavy = sum(lo["median"][i] < 0.8 * lo["mean"][i] for i in _shown) * 2 > len(_shown)
+    heavy = lo["heavy_tailed"]      # the engine's verdict: medians well below the means for most of these arms
     st.info(f"Measured on this run: the largest drop comes from removing {NAMES[best]}'s passages "
             f"({m[f'loo_{best}']:.3f}); the ladder reads " + " → ".join(f"{x:.3f}" for x in ladder) +
             f" (grad·grad → cosine → + Adam → TrackStar), BM25 {m['loo_bm25']:.3f}, true sources "
             f"{m['loo_proponents']:.3f}, random {m['loo_random']:.3f}. "
             + ("The drops are heavy-tailed (medians: " if heavy else "Medians: ")
             + ", ".join(f"{NAMES.get(a, a)} {v:.3f}" for a, v in zip(lo['arms'], lo['median']) if a in
-                        ('bm25', 'adam_cos', 'trackstar'))
+                        eng.TAIL_ARMS)
             + ("): a few facts the model barely knows carry most of the mean, so with tens of queries the order of "
                "the gradient methods changes with the query group (try the seed). " if heavy else
                ". With tens of queries the order of the gradient methods can change with the query group (try the "

@@ -1,5 +1,6 @@
 """TrackStar engine: claims at the default config and checks against independent computations."""
 
+import copy
 import math
 
 import numpy as np
@@ -396,6 +397,18 @@ def test_leave_some_out_measured(loo_result):
     for a, b in zip(eng.GRAD_METHODS[:-1], eng.GRAD_METHODS[1:]):
         assert m[f"loo_rung_{b}"] == pytest.approx(m[f"loo_{b}"] - m[f"loo_{a}"], abs=1e-6)
         assert m[f"loo_rung_se_{b}"] > 0
+    # the heavy-tail verdict the page words its text by, recomputed here from the per-query drops
+    shown = [arms.index(a) for a in ("bm25", "adam_cos", "trackstar")]
+    heavy = sum(np.median(lo["drops"][i]) < 0.8 * np.mean(lo["drops"][i]) for i in shown) >= 2
+    assert lo["heavy_tailed"] == heavy
+
+
+def test_heavy_tail_verdict_is_a_majority_of_the_named_arms():
+    arms = ["control", "bm25", "grad_dot", "adam_cos", "trackstar"]
+    mean = np.array([0.0, 1.0, 1.0, 1.0, 1.0])
+    assert eng.heavy_tailed(arms, mean, np.array([0, 0.5, 0.1, 0.5, 0.9]))        # bm25 and adam_cos
+    assert not eng.heavy_tailed(arms, mean, np.array([0, 0.5, 0.1, 0.9, 0.9]))    # only bm25 (grad_dot not named)
+    assert not eng.heavy_tailed(arms, mean, np.array([0, 0.8, 0.1, 0.8, 0.8]))    # at the ratio is not below it
 
 
 @pytest.mark.parametrize("lam", [None, 0.3, 0.0, 1.0])
@@ -796,3 +809,20 @@ def test_projection_preserves_squared_norms_of_every_parameter_block(ckpt):
             se = np.std(ratios, ddof=1) / math.sqrt(len(ratios))
             assert abs(np.mean(ratios) - 1) < 4 * se + 0.02, (d, name, np.mean(ratios), se)
             off += n
+
+
+def test_page_words_the_leave_some_out_spread_by_the_engines_heavy_tail_verdict(loo_result):
+    """The leave-some-out note says 'heavy-tailed' exactly when the engine's verdict says so (the same run shown
+    twice, once with the verdict flipped); the medians it lists are the run's own."""
+    cfg = eng.Config(loo=True)
+    texts = {}
+    for verdict in (True, False):
+        res = copy.deepcopy(loo_result)
+        res.loo["heavy_tailed"] = verdict
+        at = open_page("trackstar_tda", {"loo": "true"}, seed=(("engine.trackstar_tda", cfg, res),))
+        texts[verdict] = next(i.value for i in at.info if i.value.startswith("Measured on this run"))
+    assert "The drops are heavy-tailed (medians: " in texts[True]
+    assert "heavy-tailed" not in texts[False] and "Medians: " in texts[False]
+    lo = loo_result.loo
+    for a in eng.TAIL_ARMS:
+        assert f"{lo['median'][lo['arms'].index(a)]:.3f}" in texts[False]
