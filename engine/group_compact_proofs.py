@@ -1008,6 +1008,7 @@ def _run(config: Config, progress=None) -> Result:
         "unexplained": pf.unexplained_share, "n_terms": float(pf.n_terms), "hidden": float(hidden),
         "top_share": float(shares[1:].max(0).mean()), "loss_final": float(loss[-1]),
         "equi_left": float(left[~ident].mean()), "equi_right": float(right[~ident].mean()),
+        "equi_elements": float(len(els)), "group_order": float(G.order),
         "noise": config.noise, "tau": config.tau,
     }
     rp = proofs["rho-sets"]

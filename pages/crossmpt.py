@@ -159,7 +159,8 @@ $$C\leftarrow C+\mathrm{MHA}(\mathrm{LN}C,\;V,\;V;\;M_{cv}),\qquad C\leftarrow C
 Bit $i$ may attend to check $j$ iff $H_{ji}=1$, and check $j$ to bit $i$ iff $H_{ji}=1$; other logits are set to
 $-10^9$ before the softmax.
 
-**Output.** A linear map of all $n+m$ token scores gives $\tilde z\in\mathbb R^n$; loss
+**Output.** After layer $L/2$ of $L$ both token sets pass through one shared LayerNorm; at the end every token is
+LayerNormed and mapped to one score, and a linear map of those $n+m$ scores gives $\tilde z\in\mathbb R^n$; loss
 $\mathrm{BCE}(\text{logit}=-\tilde z_i,\;t_i=\mathbf 1[y_ix_i<0])$; decision: $\hat c_i=\mathbf 1[\tilde z_i\,\mathrm{sign}(y_i)<0]$, i.e. the hard decision of bit $i$ is flipped iff $\tilde z_i<0$.
 
 **Baselines.** Raw hard decision; algebraic hard-decision decoding (Hamming syndrome; BCH bounded distance $t=3$

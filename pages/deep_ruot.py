@@ -212,7 +212,8 @@ up to boundary terms. Particles follow $x \leftarrow x + v\,\Delta t$, $\ \log w
 *OT fit:* $L_{OT} = \sum_{ij} P_{ij}|x_i - y_j|^2$, with $P$ the exact plan (POT `ot.emd`) between the
 normalised particle weights and the data, held constant.
 *Local mass:* every data cell is assigned softly to nearby particles, $n_i = \sum_j
-\mathrm{softmax}_i(-|x_i - y_j|^2/\varepsilon)$, and $L_m = N_0\sum_i (w_i - n_i/N_0)^2$ on the
+\mathrm{softmax}_i(-|x_i - y_j|^2/\varepsilon)$ (for each cell $j$ a softmax over the particles $i$,
+$\varepsilon = 0.5$), and $L_m = N_0\sum_i (w_i - n_i/N_0)^2$ on the
 **unnormalised** weights. *Action:* $L_E$ = the integral above along the particles.
 *Fokker–Planck residual* ($\sigma > 0$): $\big|\tfrac{2}{\sigma^2}(\partial_t s + v\cdot\nabla s) + \nabla\cdot v
 - g\big|$.

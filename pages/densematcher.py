@@ -94,8 +94,8 @@ if res.has_truth:
                         "source vertex in xyz")
 else:
     cols[2].metric("Source vertices hit by the map", f"{m['coverage_final']:.0%}")
-    cols[3].metric("Off-diagonal share of |C|²", f"{1 - m['diag_mass_p2p']:.2f}",
-                   help="final map, with the constant eigenfunction left out")
+    cols[3].metric("Share of |C|² off the diagonal band", f"{1 - m['diag_mass_p2p']:.2f}",
+                   help="final map, with the constant eigenfunction left out; the band is |i − j| ≤ max(1, k // 10)")
 if "edge_distortion" in m:
     st.caption(f"Isometry check: edge lengths change by {m['edge_distortion']:.1%} on average "
                "(mean |log ratio|) between source and target.")
@@ -167,7 +167,8 @@ if view == "error":
     charts.show(_pair_figure([_mesh(tv, tf), _points(res.err_xyz, False)], [_mesh(tv, tf), _points(res.err_final, True)],
                              ["xyz baseline: error per vertex", "functional map: error per vertex"]), key="mesh3d")
     st.caption(f"Error measured at {len(ev)} sampled target vertices: shortest-path distance on the source's "
-               "edge graph between the matched and the true vertex, over the source's geodesic diameter.")
+               "edge graph between the matched and the true vertex, over the source's geodesic diameter (estimated "
+               "as the longest shortest path from the sampled vertices' true partners).")
 else:
     tmap = {"refined": res.map_final, "initial": res.map_init, "xyz": res.map_xyz}[view]
     charts.show(_pair_figure([_mesh(sv, sf, src_rgb)], [_mesh(tv, tf, src_rgb[tmap])],
@@ -257,7 +258,8 @@ Their coefficients in the basis are $A=\Phi_1^\top M_1 F_1$ and $B=\Phi_2^\top M
 **3. Functional map.** A map between shapes acts linearly on functions; in the two bases it is a small matrix
 $C$ ($k\times k$). We solve the regularised least squares
 $$\min_C\ \|CA-B\|^2 + \alpha\sum_d \|C X_d - Y_d C\|^2 + \beta\,\|C\Lambda_1-\Lambda_2 C\|^2,$$
-where $X_d=\Phi_1^\top M_1\,\mathrm{diag}(f_d)\,\Phi_1$ is "multiply by descriptor $d$" (descriptor commutativity) and
+where $X_d=\Phi_1^\top M_1\,\mathrm{diag}(f_d)\,\Phi_1$ is "multiply by descriptor $d$" (descriptor commutativity;
+the sum runs over 12 descriptors spread evenly over the scales, while $A$ and $B$ hold all of them) and
 $\Lambda$ the eigenvalues, both divided by the source's $k$-th eigenvalue so that $\beta$ does not depend on
 the mesh's scale (an isometry commutes with the Laplacian). The energy is quadratic: without the
 $\alpha$ term its rows separate and have a closed form; with it we run conjugate gradients on the normal equations.
@@ -272,6 +274,7 @@ projects $C$ onto the nearest orthogonal matrix ($U V^\top$ from its SVD) before
 
 **6. Measuring.** The generated shapes come from one sphere parameterisation, so each target vertex has a known
 true partner. The error of a match is the shortest-path distance on the source's edge graph (Dijkstra) between the
-matched and the true vertex, divided by the source's geodesic diameter. The baseline matches each target vertex to
+matched and the true vertex, divided by the source's geodesic diameter (estimated as the longest shortest path
+from the sampled vertices' true partners, a slight underestimate). The baseline matches each target vertex to
 the nearest source vertex in 3-D space. The colour of a target vertex is the colour of its matched source vertex.
 """)

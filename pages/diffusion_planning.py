@@ -300,10 +300,13 @@ $\gamma=0.99$, min-max normalised to $[0,1]$.
 
 **Planner.** A plan is $\tau=(p_t,p_{t+5},\dots,p_{t+75})$ (16 waypoints), positions scaled to $[-1,1]$.
 A Transformer $\epsilon_\theta(\tau_t,t,y)$ (2 layers, width 64) is trained on
-$\lVert\epsilon-\epsilon_\theta(\sqrt{\bar\alpha_t}\tau_0+\sqrt{1-\bar\alpha_t}\epsilon,t,y)\rVert^2$ with the
-cosine schedule $\bar\alpha_t=\cos^2\!\big(\tfrac{t/T+s}{1+s}\tfrac\pi2\big)/\cos^2\!\big(\tfrac{s}{1+s}\tfrac\pi2\big)$;
+$\lVert\epsilon-\epsilon_\theta(\sqrt{\bar\alpha_t}\tau_0+\sqrt{1-\bar\alpha_t}\epsilon,t,y)\rVert^2$ ($t$ uniform on
+$1,\dots,1000$; the first waypoint of the noisy plan is kept clean, as in sampling, and the squared error is averaged over the
+other 15) with the cosine schedule
+$\bar\alpha_t=\cos^2\!\big(\tfrac{t/T+\kappa}{1+\kappa}\tfrac\pi2\big)/\cos^2\!\big(\tfrac{\kappa}{1+\kappa}\tfrac\pi2\big)$,
+$\kappa=0.008$, clipped below at $10^{-4}$;
 the return condition $y=V_t$ is replaced by a learned null token with probability 0.25. Sampling is DDIM
-($\eta=0$): $\hat\tau_0=(\tau_t-\sqrt{1-\bar\alpha_t}\hat\epsilon)/\sqrt{\bar\alpha_t}$,
+($\eta=0$): $\hat\tau_0=(\tau_t-\sqrt{1-\bar\alpha_t}\hat\epsilon)/\sqrt{\bar\alpha_t}$, clipped to $[-1,1]$,
 $\tau_{t'}=\sqrt{\bar\alpha_{t'}}\hat\tau_0+\sqrt{1-\bar\alpha_{t'}}\hat\epsilon$, and after every step the first
 waypoint is overwritten with the current position (in-painting).
 

@@ -191,7 +191,7 @@ true answers agree with what the target (hence the proxy) learned.
 
 **Loss-threshold baseline.** Score $-\bar\ell(D) = -\frac1Q\sum_j \ell(\theta_0; D, q_j, a_j)$ (the ROC sweeps every
 threshold); decisions: member if $\bar\ell(D) <$ the mean training loss (Yeom's rule), or by 2-means on
-$\bar\ell(D)$, which needs no threshold at all; the decision badge compares with the better of the two. The
+$\log\bar\ell(D)$ (standardised, as DocMIA's features), which needs no threshold at all; the decision badge compares with the better of the two. The
 "beats the baseline" claims also ask
 each attack to clear chance by 3 standard deviations of a no-signal AUC (or accuracy): with an untrained target the
 baseline can drift below 0.5, and a chance-level attack would otherwise "beat" it.

@@ -160,7 +160,7 @@ $\lceil n/b\rceil$ compositions of a subsampled Gaussian mechanism, and $b=1$ is
 $\mathrm{RDP}_\alpha = \tfrac1{\alpha-1}\log\sum_{j=0}^{\alpha}\binom{\alpha}{j}(1-q)^{\alpha-j}q^j
 e^{(j^2-j)/(2\sigma^2)}$, and
 $\varepsilon = \min_\alpha\big[T\,\mathrm{RDP}_\alpha + \log\tfrac{\alpha-1}{\alpha} -
-\tfrac{\log\delta + \log\alpha}{\alpha-1}\big]$. For each $b$ we bisect on $\log\sigma$ to hit the target $\varepsilon$.
+\tfrac{\log\delta + \log\alpha}{\alpha-1}\big]$ with $T = \lceil n/b\rceil$. For each $b$ we bisect on $\log\sigma$ to hit the target $\varepsilon$.
 
 **Rule of thumb.** The best band count is about $b^* \approx \varepsilon\sqrt n / k$ with $k = nB/N$ epochs.
 """)

@@ -197,7 +197,7 @@ the others $\tfrac12 - \tfrac\Delta2$, and transitions do not depend on the acti
 
 **Regret.** $\mathrm{Regret}(K) = \sum_k V^*_1(s_1) - V^{\pi_k}_1(s_1)$, with $V^{\pi_k}$ from exact policy evaluation.
 
-**UCB-Hoeffding.** After the $t$-th visit of $(h,s,a)$, with $\alpha_t = \frac{H+1}{H+t}$ and $\iota = \log(2SAT/p)$:
+**UCB-Hoeffding.** After the $t$-th visit of $(h,s,a)$, with $\alpha_t = \frac{H+1}{H+t}$ and $\iota = \log(2SAT/p)$, $p = 0.1$:
 $Q_h(s,a) \leftarrow (1-\alpha_t) Q_h(s,a) + \alpha_t\big[r + V_{h+1}(s') + c\sqrt{H^3\iota/t}\big]$, $V_h = \min(H, \max_a Q_h)$.
 
 **UCB-Advantage.** $Q_h$ and $V_h$ start at $H-h+1$, the most reward left from step $h$ (Zhang et al.'s

@@ -130,12 +130,15 @@ st.subheader("2 · Approximate equivariance of each input")
 st.caption("Moving the left input by g (a → ga) should move the answer by g (c → gc); the same on the right "
            "(b → bg, c → cg). The bars show how much the centred logits change under that relabelling, "
            "relative to their norm: 0 is exact equivariance, and about √2 ≈ 1.41 means the relabelled logits are "
-           "unrelated to the original ones (only the winning logit is forced to move along).")
+           "unrelated to the original ones (only the winning logit is forced to move along)."
+           + (f" On {res.group} the bars show {int(m['equi_elements'])} of its {int(m['group_order'])} elements, the "
+              "first two of each conjugacy class, and the means are over those." if m["equi_elements"] < m["group_order"]
+              else ""))
 fig = go.Figure()
 fig.add_trace(go.Bar(x=res.equi_labels, y=res.equi_left, name="left: Z(ga, b, gc) vs Z(a, b, c)"))
 fig.add_trace(go.Bar(x=res.equi_labels, y=res.equi_right, name="right: Z(a, bg, cg) vs Z(a, b, c)"))
-charts.themed(fig, f"Relative equivariance error per group element g (mean over g ≠ e: left {m['equi_left']:.3f}, "
-                   f"right {m['equi_right']:.3f})", 360, barmode="group")
+charts.themed(fig, f"Relative equivariance error per group element g (mean over the shown g ≠ e: left "
+                   f"{m['equi_left']:.3f}, right {m['equi_right']:.3f})", 360, barmode="group")
 fig.update_xaxes(title="g (cycle notation)")
 charts.show(fig, key="equi")
 download.download_csv(pd.DataFrame({"g": res.equi_labels, "cycle_type": res.equi_classes,

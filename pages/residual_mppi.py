@@ -176,7 +176,8 @@ layout.how_it_works(r"""
 Hidden basic reward $r = -(s^\top Q s + a^\top R a)$.
 
 **Prior.** The maximum-entropy optimum of the basic task: with $P$ from the discounted Riccati equation,
-$\pi(a|s) = \mathcal N\big(-K_\pi s,\ \tfrac{\alpha}{2}(R + \gamma B^\top P B)^{-1}\big)$, $K_\pi = \gamma(R+\gamma B^\top PB)^{-1}B^\top PA$.
+$\pi(a|s) = \mathcal N\big(-K_\pi s,\ \tfrac{\alpha}{2}(R + \gamma B^\top P B)^{-1}\big)$, $K_\pi = \gamma(R+\gamma B^\top PB)^{-1}B^\top PA$,
+with the prior's maximum-entropy temperature $\alpha = 0.1$.
 
 **Why log π replaces the unknown reward.** For a max-entropy optimal prior,
 $\omega\, r(s,a) = \omega\alpha \log\pi(a|s) + \omega\,[V^*(s) - \gamma\,\mathbb E V^*(s')]$ + const, a potential-based

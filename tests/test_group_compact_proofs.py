@@ -597,6 +597,18 @@ def test_equivariance_bars_cover_every_class_and_the_title_mean_skips_the_identi
     assert res5f.metrics["equi_left"] == pytest.approx(res5f.equi_left[~ident].mean(), rel=1e-12)
     assert res5f.metrics["equi_right"] == pytest.approx(res5f.equi_right[~ident].mean(), rel=1e-12)
     np.testing.assert_array_equal(g.equivariance_elements(g.symmetric_group(4)), np.arange(24))
+    # the page's caption says how many of the group's elements the bars cover (13 = 1 + 2 per non-identity class)
+    assert res5f.metrics["equi_elements"] == len(res5f.equi_labels) == 1 + 2 * (len(g.partitions(n)) - 1) == 13
+    assert res5f.metrics["group_order"] == 120
+
+
+def test_equivariance_caption_names_the_sampled_elements_on_s5_only():
+    from tests.pagetext import open_page
+
+    cap5 = " ".join(c.value for c in open_page("group_compact_proofs", {}).caption)
+    assert "On S5 the bars show 13 of its 120 elements" in cap5
+    cap4 = " ".join(c.value for c in open_page("group_compact_proofs", {"group": "S4"}).caption)
+    assert "the bars show" not in cap4 and "Moving the left input by g" in cap4
 
 
 def test_rho_set_details_on_an_exactly_equivariant_network():
