@@ -98,6 +98,7 @@ class Result:
 
 REALISM_KEYS = ("collision", "offroad", "omf", "w1_speed", "w1_accel")   # the realism table's metrics
 WORSE_FACTOR = 1.1
+AGREE_BAR = 0.80      # claim 3: share of mixed pairs where the distance prefers the clean rollout (spec)
 
 
 # ------------------------------------------------------------------ scenes and expert (numpy)
@@ -752,10 +753,16 @@ def claims(result: Result) -> list[Claim]:
                   detail=f"{m['adv_failure']:.3f} vs {m['dpa_failure']:.3f}"),
         ]
     out.append(Claim("The occupancy distance to the scene's own demonstration prefers the clean rollout when "
-                     "exactly one of two has a collision or leaves the road", m["agreement"], ">=", 0.80,
+                     "exactly one of two has a collision or leaves the road", m["agreement"], ">=", AGREE_BAR,
                      label="agreement with the obvious preference",
-                     detail=f"{int(m['n_mixed_pairs'])} mixed pairs; chance 0.5; distance to another scene's "
-                            f"log: {m['agreement_control']:.2f}"))
+                     detail=f"{int(m['n_mixed_pairs'])} mixed pairs; chance 0.5"))
+    # added 2026-12-07: the spec's negative control for the claim above, measured as a badge; it fails here because
+    # the collision / off-road occupancy features (zero in every expert log) already rank event rollouts last
+    out.append(Claim("…and it is the scene's own demonstration that carries this preference: scored against another "
+                     "scene's log, the distance falls below the same bar", m["agreement_control"], "<", AGREE_BAR,
+                     label="agreement with another scene's expert log",
+                     detail=f"{m['agreement_control']:.2f} against another scene's log vs {m['agreement']:.2f} "
+                            "against the scene's own"))
     return out
 
 

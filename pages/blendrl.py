@@ -275,7 +275,7 @@ $\text{logic} \leftarrow \text{nothing\_around}$, turned into $(\beta_n, \beta_l
 $\pi = \beta_n \pi_{\text{neural}} + \beta_l \pi_{\text{logic}}$ (a mixture of *distributions*) with value
 $V = \beta_n V_{\text{neural}} + \beta_l V_{\text{logic}}$.
 
-**Training.** PPO on the mixture: clipped ratio (0.2), GAE ($\gamma = 0.99, \lambda = 0.95$), value loss 0.5,
+**Training.** PPO on the mixture: clipped ratio (0.2), GAE ($\gamma = 0.99, \lambda = 0.95$), value loss $0.5\cdot\tfrac12\mathrm{MSE}$,
 entropy bonus 0.01 on $\pi$ and a blend-entropy bonus on $(\beta_n, \beta_l)$ so the gate is not abandoned early;
 32 parallel games × 64 steps per update, 4 epochs × 4 minibatches, gradient clip 0.5. Every agent gets the same
 reward: the game's ($+1$ bell, $-1$ ball, $-0.01$ per step) plus the potential-based term

@@ -31,8 +31,10 @@ layout.paper_header(
            "≈2.7 k-parameter MLP token policy (agents act independently each step) replaces a 1 M-parameter "
            "transformer, occupancy features are hand-chosen, and the occupancy cloud uses every second time "
            "step (64 points per rollout) to keep the optimal-transport work live. Held-out evaluation uses 64 "
-           "scenes × 2 rollouts. At the default settings seeds 0, 1, 3 and 4 reproduce every claim (tested); seed 2 "
-           "does not (DPO destabilises the policy there).",
+           "scenes × 2 rollouts. At the default settings seeds 0, 1, 3 and 4 reproduce every claim but the last "
+           "(tested); seed 2 does not reproduce the realism claims either (DPO destabilises the policy there). The "
+           "last badge is the spec's negative control for the preference claim: it expects a distance to another "
+           "scene's log to fall toward chance, and here it does not.",
 )
 
 cfg = state.bind_config(eng.Config, SLUG, views=("scene",))
@@ -106,18 +108,18 @@ charts.themed(fig, "Grey: the scene's expert log; green: preferred; orange: reje
               showlegend=False, shapes=road(K))
 charts.mark_grid(fig, K, rows, cols, mode="flow", hs=0.04, vs=0.12)     # on a phone: two per row, still in rank order
 charts.show(fig, key="ranked")
-st.caption("Negative control for the last claim (the distance prefers the clean rollout): scored against a "
-           f"*different* scene's expert log, the distance still prefers the clean rollout in "
-           f"{m['agreement_control']:.0%} of mixed pairs (vs {m['agreement']:.0%} "
-           "with the scene's own log)."
-           + (" Since another scene's log does nearly as well, the collision / off-road occupancy features, which "
-              "any expert log lacks, carry most of that agreement; the scene-specific part of the distance mainly "
-              "orders rollouts without events." if m["agreement_control"] >= m["agreement"] - 0.1
-              and cfg.event_weight > 0 else
-              " Another scene's log does nearly as well here, with the event features weighted 0, so the "
-              "scene-specific part of the distance adds little to these rankings." if
-              m["agreement_control"] >= m["agreement"] - 0.1 else
-              " The scene's own log does clearly better, so the scene-specific part of the distance matters here."))
+_ctrl_fails = m["agreement_control"] >= eng.AGREE_BAR      # the last badge's verdict (it asks for < the bar)
+st.caption("Negative control for the preference claim (last badge): scored against a *different* scene's expert "
+           f"log, the distance still prefers the clean rollout in {m['agreement_control']:.0%} of mixed pairs "
+           f"(vs {m['agreement']:.0%} with the scene's own log)."
+           + ((" Another scene's log clears the same bar, so the collision / off-road occupancy features, which "
+               "every expert log lacks, carry most of that agreement; the scene-specific part of the distance "
+               "mainly orders rollouts without events. Set the event feature weight to 0 to see the distance "
+               "without them.") if _ctrl_fails and cfg.event_weight > 0 else
+              " Another scene's log clears the same bar even with the event features weighted 0." if _ctrl_fails
+              else " Another scene's log stays below the bar, while the scene's own log "
+              + ("clears it: the scene-specific part of the distance carries the preference here."
+                 if m["agreement"] >= eng.AGREE_BAR else "does not clear it either on this run.")))
 download.download_csv(pd.DataFrame({"rank": np.arange(1, K + 1), "omf_distance": res.rank_dist,
                                     "has_event": res.rank_events.any((1, 2))}), "ipm_ranking.csv",
                       key="dl_rank")
