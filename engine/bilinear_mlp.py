@@ -32,7 +32,9 @@ CONTRAST_OPTIONS = ("none",) + tuple(str(i) for i in range(10))
 class Config:
     task: str = param("digits", Choice(("digits", "toy"), "Task", widget="radio",
                                        labels=("8x8 digits", "Boolean toy"),
-                                       help="Digits classifier, or the boolean toy whose answer is known"))
+                                       help="Digits classifier, or the boolean toy whose answer is known (on the "
+                                            "toy only Toy operation and Seed apply; the other settings are for "
+                                            "the digits)"))
     class_idx: int = param(3, Int(0, 9, "Class to explain", help="Which output's interaction matrix to show"))
     contrast: str = param("none", Choice(CONTRAST_OPTIONS, "Contrast class",
                                          help="Show Q(e_c - e_c') instead of Q(e_c)"))
@@ -51,7 +53,8 @@ class Config:
     alpha: float = param(0.0, Float(-3.0, 3.0, "Steering α", step=0.25,
                                     help="Adds α × (top eigenvector of the class) to the chosen test digit"))
     sample_idx: int = param(0, Int(0, 99, "Test digit to explain"))
-    toy_op: str = param("and", Choice(("and", "xor", "or"), "Toy operation", widget="radio"))
+    toy_op: str = param("and", Choice(("and", "xor", "or"), "Toy operation", widget="radio",
+                                      help="Boolean toy only"))
     relu_baseline: bool = param(True, Bool("Train the ReLU baseline", help="Same shapes and budget"))
     seed: int = param(0, Int(0, 9, "Seed"))
     # fixed (not widgets)

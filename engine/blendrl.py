@@ -356,7 +356,16 @@ def ppo_loss(p, v, b, a, lp_old, adv, ret, blend_ent: float):
     return pg + 0.5 * vf - 0.01 * ent - blend_ent * bent
 
 
-def train_agent(kind: str, steps: int, seed: int, blend_ent: float = 0.01, n_envs: int = 32, horizon: int = 64,
+LIVE_ENVS, LIVE_HORIZON = 32, 64      # PPO rollout shape of train_agent
+
+
+def ppo_iterations(steps: int, n_envs: int = LIVE_ENVS, horizon: int = LIVE_HORIZON) -> int:
+    """Whole PPO rollouts that fit in ``steps`` environment steps (at least one)."""
+    return max(1, steps // (n_envs * horizon))
+
+
+def train_agent(kind: str, steps: int, seed: int, blend_ent: float = 0.01, n_envs: int = LIVE_ENVS,
+                horizon: int = LIVE_HORIZON,
                 lr: float = 1e-3, progress=None, log_every: int = 4096, random_start: float = RANDOM_START):
     """PPO (clip .2, gamma .99, GAE .95, vf .5, ent .01, blend-ent, grad clip .5, 4 epochs x 4 minibatches)."""
     set_cpu_threads()
@@ -366,7 +375,7 @@ def train_agent(kind: str, steps: int, seed: int, blend_ent: float = 0.01, n_env
     agent = BlendAgent(kind)
     opt = make_optimizer(agent.parameters(), lr=lr, eps=1e-5)
     gen = torch.Generator().manual_seed(seed)
-    iters = max(1, steps // (n_envs * horizon))
+    iters = ppo_iterations(steps, n_envs, horizon)
     ep_succ = []
     curve_x, curve_ret, curve_succ, rets = [], [], [], []
     cur = np.zeros(n_envs)
@@ -517,9 +526,12 @@ class Config:
     episodes: int = param(256, Int(64, 512, "Evaluation episodes per agent and variant", step=64))
     live: bool = param(False, Bool("Train from scratch (live)",
                                    help="Train the rendered agent now instead of loading the shipped checkpoint"))
-    live_steps: int = param(30_000, Int(5_000, 60_000, "Live training steps", step=5_000, group="Live training"))
+    live_steps: int = param(30_000, Int(5_000, 60_000, "Live training steps", step=5_000, group="Live training",
+                                        help="rounded down to whole PPO rollouts of 32 environments × 64 steps"))
     blend_ent: float = param(0.01, Float(0.0, 0.1, "Blend-entropy coefficient", step=0.01,
-                                         group="Live training", help="Bonus on the entropy of (β_n, β_l)"))
+                                         group="Live training",
+                                         help="Bonus on the entropy of (β_n, β_l); only the blend agent has a "
+                                              "learned β (the neural and logic agents' β is fixed)"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
 
@@ -572,7 +584,8 @@ def run(config: Config, progress=None) -> Result:
         for k in AGENTS:
             if k not in agents:
                 agents[k], curves[k] = load_agent(kind_of[k])
-        source = f"{config.render_agent}: trained live for {config.live_steps:,} steps; others: shipped checkpoints"
+        done = ppo_iterations(config.live_steps) * LIVE_ENVS * LIVE_HORIZON
+        source = f"{config.render_agent}: trained live for {done:,} steps; others: shipped checkpoints"
     else:
         for k in AGENTS:
             agents[k], curves[k] = load_agent(kind_of[k])

@@ -74,8 +74,10 @@ class Config:
                                          help="the points of the curves; the claims are measured at 4 dB "
                                               "whatever is chosen here"))
     n_codewords: int = param(2500, Int(500, 20000, "Random codewords per point", step=500,
-                                       help="BCH(31,16) with many points and BP iterations is limited to about "
-                                            "20 s of CPU; the message then names the most that fits"))
+                                       help="with many points and BP iterations the run is limited to about 20 s "
+                                            "of CPU (the BCH badge check also decodes this many words, at least "
+                                            "2 500, whichever code is drawn); the message then names the most "
+                                            "that fits"))
     bp_iters: int = param(10, Choice((5, 10, 20, 50), "BP iterations", widget="select_slider"))
     seed: int = param(0, Int(0, 9, "Noise seed", help="fresh noise; training used a different stream"))
     train_live: bool = param(False, Bool("Train a Hamming(7,4) decoder live", group="Live training",

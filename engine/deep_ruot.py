@@ -121,10 +121,11 @@ class Config:
     baseline: bool = param(True, Bool("Train the balanced baseline (g ≡ 0)"))
     stochastic: bool = param(False, Bool("Stochastic refinement (σ_model > 0)", group="Advanced",
                                          help="adds a score net s and the Fokker–Planck residual"))
-    sigma_model: float = param(0.2, Float(0.05, 0.5, "σ_model", step=0.05, group="Advanced"))
+    sigma_model: float = param(0.2, Float(0.05, 0.5, "σ_model", step=0.05, group="Advanced",
+                                          help="only with Stochastic refinement on"))
     iters3: int = param(20, Int(10, 200, "Joint RUOT iterations", step=5, group="Advanced",
-                                help="stage 3 steps with Euler step max(dt, 0.25); each costs about 20 ms at "
-                                     "150 cells and 50 ms at 300"))
+                                help="only with Stochastic refinement on: stage 3 steps with Euler step "
+                                     "max(dt, 0.25); each costs about 20 ms at 150 cells and 50 ms at 300"))
     seed: int = param(0, Int(0, 9, "Seed"))
     live: bool = param(False, Bool("Train live at the default settings", group="Advanced",
                                    help="the default settings otherwise load the networks that "
@@ -156,7 +157,9 @@ _STAGE3_S_PER_ITER = 0.025
 
 
 def estimated_seconds(cfg: Config) -> float:
-    first30 = min(cfg.iters3, 30)
+    # stage 3 runs only with the stochastic refinement; without it the fit below was made at the default 20
+    # joint iterations, whose factor it keeps, so the (unused) iteration widget cannot get a setting refused
+    first30 = min(cfg.iters3, 30) if cfg.stochastic else 20
     est = (35.0 * (cfg.n0 / 300) ** 1.7 * (cfg.iters / 100) ** 0.9 * _DT_FACTOR.get(cfg.dt, 1.0)
            * (1.0 if cfg.baseline else 0.53) * (1.0 if cfg.stochastic else 0.8) * (0.8 + 0.2 * first30 / 30))
     if cfg.stochastic and cfg.iters3 > 30:

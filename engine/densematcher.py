@@ -66,7 +66,7 @@ SHAPES = ("critter", "blob", "critter-mirror")
 SHAPE_LABELS = ("Critter (asymmetric)", "Blob (asymmetric)", "Critter (mirror-symmetric)")
 DEFORMS = ("bend", "bend-twist", "twist", "none", "stretch")
 DEFORM_LABELS = ("Bend (near-isometric)", "Bend + twist (near-isometric)", "Twist (near-isometric)",
-                 "None (re-tessellation only)", "Stretch (NOT isometric)")
+                 "None (no deformation)", "Stretch (NOT isometric)")
 DESCRIPTORS = ("wks", "hks", "wks+hks")
 DESCRIPTOR_LABELS = ("Wave kernel signature", "Heat kernel signature", "WKS + HKS")
 REFINES = ("zoomout", "icp")

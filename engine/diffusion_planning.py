@@ -774,8 +774,8 @@ class Config:
         est = estimated_gflop(self)
         if est > COST_CAP_GFLOP:
             raise ValueError(f"estimated cost {est:.0f} GFLOP exceeds the cap of {COST_CAP_GFLOP:.0f} GFLOP; "
-                             "use fewer candidates, DDIM steps or episodes, replan less often, or turn off the "
-                             "denoiser comparison or the scaling curve")
+                             "use fewer candidates, DDIM steps or episodes, replan less often, use fewer classifier "
+                             "guidance scales, or turn off the denoiser comparison or the scaling curve")
 
 
 def _other(backbone: str) -> str:

@@ -65,7 +65,8 @@ class Config:
                                               help="'best' = the band count with the lowest RMSE"))
     compare_dense: bool = param(False, Bool("Compare with a general banded C",
                                             help="Optimises a general (non-Toeplitz) banded C with n·b free "
-                                                 "entries at n = min(n, 256), b = 8 (a few seconds)"))
+                                                 "entries at n = min(n, 256), b = 8, or the largest band count "
+                                                 "swept if smaller (a few seconds)"))
     max_iters: int = param(100, Choice(ITERS, "L-BFGS iterations", group="Advanced"))
 
     def __post_init__(self):

@@ -62,7 +62,8 @@ class Config:
     ref_mult: float = param(1.0, Float(0.1, 10.0, "Reference threshold multiplier", step=0.1,
                                        help="N_0 = multiplier × c × S A H² ι visits settle V^ref"))
     n_seeds: int = param(4, Int(1, 16, "Seeds per gap",
-                                 help="Independent MDPs per gap, run in one batch (costs almost nothing extra)"))
+                                 help="Independent MDPs per gap, run in one batch (cheap for small MDPs; with "
+                                      "large S·A·H the cost grows with the seed count)"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
     def __post_init__(self):

@@ -46,7 +46,8 @@ class Config:
     rank: int = param(2, Int(1, 4, "LoRA rank r"))
     components: int = param(3, Int(1, 5, "Mixture components M"))
     iters: int = param(1500, Int(500, 5000, "SGLD-Gibbs iterations", step=100, group="Advanced"))
-    burn: int = param(500, Int(100, 2000, "Burn-in", step=100, group="Advanced"))
+    burn: int = param(500, Int(100, 2000, "Burn-in", step=100, group="Advanced",
+                               help="capped at the SGLD-Gibbs iterations − 50, so that some samples remain"))
     step: float = param(1e-4, Choice((1e-5, 3e-5, 1e-4, 2e-4, 3e-4), "SGLD step ε", widget="select_slider",
                                      group="Advanced"))
     tasks_per_step: int = param(100, Int(1, 100, "Tasks updated per step", group="Advanced",

@@ -96,7 +96,10 @@ class Config:
                                     help="Share of every critic batch replaced by model transitions at π(s)"))
     model: str = param("lstsq", Choice(("exact", "lstsq", "noisy"), "Model quality", widget="radio",
                                        labels=("exact", "least squares", "noisy least squares")))
-    bad_sigma: float = param(0.3, Float(0.0, 1.0, "Noise of the noisy model", step=0.05))
+    bad_sigma: float = param(0.3, Float(0.0, 1.0, "Noise of the noisy model", step=0.05,
+                                        help="σ of the noise added to the model's predicted next state; used by "
+                                             "'noisy least squares' and by the sweep's noisy variant (which takes "
+                                             "0.3 when this is 0)"))
     sigma_b: float = param(0.1, Float(0.02, 1.0, "Behaviour noise σ_b", step=0.01,
                                       help="Wide noise puts on-policy actions in the data and shrinks the problem"))
     env_steps: int = param(200, Int(100, 1000, "Environment steps", step=50))
@@ -108,14 +111,17 @@ class Config:
                                          "Mish as in the official MAD-TD critic (about twice the run time)"))
     n_seeds: int = param(4, Int(1, 8, "Seeds"))
     sweep: bool = param(False, Bool("UTD sweep (2 vs the UTD above) + noisy model",
-                                    help="Adds UTD 2 and a noisy-model variant; about 1.3× the default run time"))
+                                    help="Adds UTD 2 and a second model-quality variant (a noisy model, or the "
+                                         "noise-free one when Model quality is noisy); about 1.3× the default run "
+                                         "time"))
     seed: int = param(0, Int(0, 9, "Seed"))
 
     def __post_init__(self):
         est = estimated_seconds(self)
         if est > MAX_SECONDS:
             raise ValueError(f"this combination would take about {est:.0f} s (limit {MAX_SECONDS:.0f} s); "
-                             "lower the UTD, environment steps, seeds or critic width")
+                             "lower the UTD, environment steps, seeds or critic width, or use the plain ReLU critic "
+                             "or turn off the UTD sweep")
 
 
 MAX_SECONDS = 20.0

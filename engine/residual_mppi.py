@@ -490,7 +490,8 @@ def run(config: Config, progress=None) -> Result:
         m[f"{key}_basic"] = summ[v]["basic return"]
         m[f"{key}_addon"] = summ[v]["add-on cost"]
         m[f"{key}_dist"] = summ[v]["final distance to goal"]
-    m["addon_ratio"] = m["res_addon"] / max(m["prior_addon"], 1e-9)
+    # no add-on cost for the prior (e.g. obstacle strength 0): nothing to reduce, so the badge has nothing to test
+    m["addon_ratio"] = m["res_addon"] / m["prior_addon"] if m["prior_addon"] > 1e-9 else float("nan")
     m["basic_ratio"] = abs(m["res_basic"]) / max(abs(m["prior_basic"]), 1e-9)
     m["greedy_dist_ratio"] = m["greedy_dist"] / max(m["res_dist"], 1e-3)
     m["greedy_basic_ratio"] = abs(m["greedy_basic"]) / max(abs(m["res_basic"]), 1e-9)

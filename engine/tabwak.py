@@ -88,7 +88,9 @@ class Config:
     steps: int = param(25, Int(10, 100, "DDIM steps S", step=5, help="sampling and inversion steps"))
     pool: int = param(1000, Int(500, 5000, "Rows generated per pool", step=500, group="Advanced"))
     key: int = param(217, Int(0, 9999, "Secret key", widget="number"))
-    wrong_key: bool = param(False, Bool("Detect with a wrong key", help="a wrong permutation must find nothing"))
+    wrong_key: bool = param(False, Bool("Detect with a wrong key",
+                                        help="detection and the attack sweep use key + 1: a wrong permutation must "
+                                             "find nothing (the noise-robustness badges keep the true key)"))
     sweep: bool = param(False, Bool("Sweep the attack strength",
                                     help="TabWak and TabWak* at six strengths of the chosen attack (Gaussian noise "
                                          "when the attack is none or a row shuffle), on their own 500-row pools"))
@@ -451,8 +453,11 @@ def run(config: Config, progress=None) -> Result:
 
     sweep = {}
     if config.sweep:
-        sweep = attack_sweep(net, config, r_tw, r_tws, (float(np.nanmean(cal_tw)), float(np.nanstd(cal_tw))),
-                             (float(np.nanmean(cal_tws)), float(np.nanstd(cal_tws))), progress)
+        # the sweep is a detection chart: it scores with the detection key (key + 1 under "wrong key"), its null
+        # calibrated with that same key
+        nulls = [row_scores(h_cal, name, key_det) for name in ("tabwak", "tabwak_star")]
+        sweep = attack_sweep(net, config, r_tw, r_tws, *[(float(np.nanmean(c)), float(np.nanstd(c))) for c in nulls],
+                             progress, key=key_det)
 
     # claim 3: marginals, indistinguishability, diversity
     m["ks_p"] = float(kstest(z_wm[:1000].ravel(), "norm").pvalue)
@@ -484,11 +489,12 @@ def run(config: Config, progress=None) -> Result:
 
 
 def attack_sweep(net, config: Config, r_tw: np.ndarray, r_tws: np.ndarray, null_tw: tuple, null_tws: tuple,
-                 progress=None) -> dict:
+                 progress=None, key: int | None = None) -> dict:
     """Mean z and TPR (z > 3.09) of sub-tables of TabWak and TabWak* rows at each strength of one attack.
 
     The rows are the two 500-row pools of the noise claim; each strength attacks them afresh (its own random
-    numbers, the same for both methods), and they go through the encoder and DDIM inversion as in ``run``."""
+    numbers, the same for both methods), and they go through the encoder and DDIM inversion as in ``run``.
+    ``key`` is the detection key (the config's key unless given)."""
     import torch
 
     kind = config.attack if config.attack not in ("none", "row_shuffle") else "noise"
@@ -505,7 +511,7 @@ def attack_sweep(net, config: Config, r_tw: np.ndarray, r_tws: np.ndarray, null_
         z_hat = ddim(net, torch.as_tensor(enc, dtype=torch.float32), config.steps, inverse=True).numpy()
         n_eff = max(2, int(round(config.n_rows * (1 - 0.9 * s)))) if kind == "row_deletion" else config.n_rows
         for name, h, (mu0, sd0) in (("tabwak", z_hat[: len(a_tw)], null_tw), ("tabwak_star", z_hat[len(a_tw):], null_tws)):
-            z, _ = table_z(row_scores(h.astype(np.float64), name, config.key), n_eff, mu0, sd0,
+            z, _ = table_z(row_scores(h.astype(np.float64), name, config.key if key is None else key), n_eff, mu0, sd0,
                            np.random.default_rng([config.seed, 37, i]))
             out[f"z_{name}"][i], out[f"tpr_{name}"][i] = float(z.mean()), float((z > Z_THRESHOLD).mean())
         report(progress, 0.9 + 0.1 * (i + 1) / len(SWEEP_STRENGTHS), f"attack sweep: strength {s:g}")

@@ -42,8 +42,8 @@ with st.expander("Use your own event stream (CSV)", icon=":material/upload_file:
                "header row optional, node ids may be any text, times numbers or dates. Your stream becomes the "
                f"reference that is perturbed and sketched; at most {eng.MAX_UPLOAD_NODES} nodes (the most active) "
                f"and {eng.MAX_UPLOAD_EVENTS:,} events (the earliest) are used, so the snapshot metrics stay within "
-               "the time budget. The Nodes, Events and feature-dimension settings then apply only to the runtime "
-               "race, and a shared link cannot carry the file: it opens on the synthetic stream.")
+               "the time budget. The Nodes and Events settings then have no effect and the feature dimension applies only "
+               "to the runtime race; a shared link cannot carry the file: it opens on the synthetic stream.")
     upload = st.file_uploader("Event stream", type=["csv", "tsv", "txt"], key=f"{SLUG}:upload")
 
 res = run_on_upload("engine.jl_dynamic_graph_metric", cfg, upload, eng.MAX_UPLOAD_BYTES,

@@ -121,7 +121,7 @@ with right:
 if res.sweep:
     sw = res.sweep
     kind_label = dict(zip(eng.ATTACKS, eng.ATTACK_LABELS))[sw["attack"]]
-    st.subheader(f"Attack sweep: {kind_label}")
+    st.subheader(f"Attack sweep: {kind_label}" + (" (detected with a wrong key)" if cfg.wrong_key else ""))
     c1, c2 = st.columns(2)
     with c1:
         fig = charts.lines(sw["strength"], {"TabWak": sw["z_tabwak"], "TabWak*": sw["z_tabwak_star"]},

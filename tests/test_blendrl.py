@@ -623,6 +623,9 @@ def test_live_training_uses_the_blend_entropy_widget():
     for k in ("steps", "ret", "succ"):
         np.testing.assert_allclose(res.curves["blend"][k], log[k], err_msg=k)
     np.testing.assert_allclose(res.blend_weights, torch.sigmoid(agent.blend_logits).detach().numpy(), atol=1e-6)
+    # 5 000 steps are two whole rollouts of 32 environments × 64 steps: the source line says what was trained
+    assert log["steps"][-1] <= 4096 and "trained live for 4,096 steps" in res.source
+    assert [eng.ppo_iterations(s) for s in (100, 2048, 5000, 60_000)] == [1, 1, 2, 29]
 
 
 def test_neural_episode_names_no_rule():

@@ -1,5 +1,6 @@
 """Residual-MPPI: claims at the default config and independent checks."""
 
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -577,3 +578,13 @@ def test_closed_form_check_weights_and_closed_loops_by_hand(monkeypatch):
                 assert cf["J"][row, seed] == pytest.approx(total, rel=1e-9), (omega, seed, row)
         # the two rows really diverge, so planning Greedy from Residual's state would show
         assert np.abs(cf["J"][1] - cf["J"][2]).max() > 1e-3
+
+
+def test_addon_badge_has_nothing_to_test_at_obstacle_strength_zero():
+    """With c_o = 0 the add-on reward is identically 0, so neither the prior nor Residual-MPPI pays any add-on cost:
+    the ratio is undefined and the badge must not pass (it did, at 0/1e-9 = 0, before)."""
+    r = eng.run(eng.Config(c_obst=0.0))
+    assert r.metrics["prior_addon"] == pytest.approx(0.0, abs=1e-12)
+    assert math.isnan(r.metrics["addon_ratio"])
+    badge = next(c for c in eng.claims(r) if c.statement.startswith("Residual-MPPI meets the add-on objective"))
+    assert not badge.passed

@@ -65,12 +65,14 @@ def test_shipped_key_survey_is_what_the_engine_measures(default_result):
     assert set(sv["auc"]) == {str(k) for k in eng.SURVEY_KEYS}
     # The classifier's fit (lbfgs) is not bit-identical across scipy / scikit-learn versions or machines: in the
     # survey shipped before 2026-12-07, key 0 re-measured 2e-5 off with the lowest versions pyproject allows, and
-    # the default key 1.2e-4 off on an x86_64 AVX512_SPR machine. Neighbouring keys of the survey are at least
-    # 8e-4 apart (0.5420 and 0.5428), so 2e-4 still tells one key's table from another's.
-    assert sv["auc"][str(eng.Config().key)] == pytest.approx(default_result.metrics["clf_auc"], abs=2e-4)
+    # the default key 1.2e-4 off on an x86_64 AVX512_SPR machine; the survey shipped on 2026-12-07 (measured on
+    # that machine) re-measures the default key 3.6e-4 off on an AMD EPYC one. Neighbouring keys of the survey are
+    # at least 8e-4 apart (0.5420 and 0.5428), so 4e-4 (under half of that) still tells one key's table from
+    # another's.
+    assert sv["auc"][str(eng.Config().key)] == pytest.approx(default_result.metrics["clf_auc"], abs=4e-4)
     again = eng.key_survey(keys=(0,))
-    assert again["auc"]["0"] == pytest.approx(sv["auc"]["0"], abs=2e-4)
-    assert again["no_watermark"] == pytest.approx(sv["no_watermark"], abs=2e-4)
+    assert again["auc"]["0"] == pytest.approx(sv["auc"]["0"], abs=4e-4)
+    assert again["no_watermark"] == pytest.approx(sv["no_watermark"], abs=4e-4)
 
 
 def test_wrong_key_finds_nothing():
@@ -411,8 +413,8 @@ def test_sweep_gets_each_methods_own_null(rebuilt, monkeypatch):
     calibration pool); swapped nulls would shift both plotted z curves."""
     seen = {}
 
-    def spy(net, config, r_tw, r_tws, null_tw, null_tws, progress=None):
-        seen.update(tw=null_tw, tws=null_tws)
+    def spy(net, config, r_tw, r_tws, null_tw, null_tws, progress=None, key=None):
+        seen.update(tw=null_tw, tws=null_tws, key=key)
         return {}
 
     monkeypatch.setattr(eng, "attack_sweep", spy)
@@ -420,6 +422,21 @@ def test_sweep_gets_each_methods_own_null(rebuilt, monkeypatch):
     for k, name in (("tw", "tabwak"), ("tws", "tabwak_star")):
         s = _row_scores_loop(rebuilt["h"]["cal"], name, rebuilt["cfg"].key)
         np.testing.assert_allclose(seen[k], (np.nanmean(s), np.nanstd(s)), atol=1e-9)
+    assert seen["key"] == rebuilt["cfg"].key
+    # with a wrong key the sweep scores with key + 1 and calibrates its nulls with that key too
+    eng.run(eng.Config(sweep=True, wrong_key=True))
+    assert seen["key"] == rebuilt["cfg"].key + 1
+    for k, name in (("tw", "tabwak"), ("tws", "tabwak_star")):
+        s = _row_scores_loop(rebuilt["h"]["cal"], name, rebuilt["cfg"].key + 1)
+        np.testing.assert_allclose(seen[k], (np.nanmean(s), np.nanstd(s)), atol=1e-9)
+
+
+def test_attack_sweep_with_a_wrong_key_detects_nothing():
+    """The page's sweep follows 'Detect with a wrong key': even unattacked (strength 0) no sub-table of either method
+    is flagged, where the true key flags all of them (test_attack_sweep)."""
+    sw = eng.run(eng.Config(sweep=True, pool=500, wrong_key=True)).sweep
+    for name in ("tabwak", "tabwak_star"):
+        assert sw[f"tpr_{name}"].max() <= 0.05 and abs(sw[f"z_{name}"][0]) < eng.Z_THRESHOLD, name
 
 
 @pytest.mark.parametrize("attack,strength", [("column_deletion", 1.0), ("row_deletion", 0.5), ("alteration", 1.0)])
