@@ -66,9 +66,9 @@ def test_shipped_key_survey_is_what_the_engine_measures(default_result):
     # The classifier's fit (lbfgs) is not bit-identical across scipy / scikit-learn versions or machines: in the
     # survey shipped before 2026-12-07, key 0 re-measured 2e-5 off with the lowest versions pyproject allows, and
     # the default key 1.2e-4 off on an x86_64 AVX512_SPR machine; the survey shipped on 2026-12-07 (measured on
-    # that machine) re-measures the default key 3.6e-4 off on an AMD EPYC one. Neighbouring keys of the survey are
-    # at least 8e-4 apart (0.5420 and 0.5428), so 4e-4 (under half of that) still tells one key's table from
-    # another's.
+    # that machine) re-measures the default key 3.6e-4 off on an x86_64 AVX512_ICL (AMD EPYC) one. Neighbouring
+    # keys of the survey are at least 8e-4 apart (0.5420 and 0.5428), so 4e-4 (under half of that) still tells one
+    # key's table from another's.
     assert sv["auc"][str(eng.Config().key)] == pytest.approx(default_result.metrics["clf_auc"], abs=4e-4)
     again = eng.key_survey(keys=(0,))
     assert again["auc"]["0"] == pytest.approx(sv["auc"]["0"], abs=4e-4)
