@@ -726,3 +726,14 @@ def test_claim1_box_follows_the_sign_of_the_model_rows_effect(default_result):
     at = open_page("mad_td", seed=(("engine.mad_td", eng.Config(), better),))
     box = next(i.value for i in at.info if "Claim 1 misses" in i.value)
     assert "still lower" in box and "ratio 1.25" in box
+
+
+def test_claim_one_reads_the_rmse_against_the_true_q_scale_on_the_same_states():
+    """Claim 1's detail quotes the RMS of the true Q^pi (closed form) over the buffer states and on-policy actions
+    that the RMSE is taken on; with one seed it is that seed's real-only buffer, recomputed here with q_true."""
+    cfg = eng.Config(n_seeds=1, env_steps=150)
+    r = eng.run(cfg)
+    s = r.data_states
+    q = eng.q_true(s, -(s @ r.K_star.ravel()), r.K_star, cfg.gamma)
+    assert r.metrics["q_true_rms"] == pytest.approx(float(np.sqrt(np.mean(q**2))), rel=1e-6)
+    assert f"RMS of the true Q on the same states: {r.metrics['q_true_rms']:.2f}" in eng.claims(r)[0].detail
