@@ -90,7 +90,7 @@ if not_reproduced:
             "noisy channels cannot represent (the paper's model has 18 M parameters). Width alone does not "
             "fix it: a 96-wide backbone (0.39 M parameters, 16 000 steps) lowered the training loss from 0.56 to "
             "0.48 but validation LSD (N = 10) only from 9.62 to 9.54 dB (we had fixed a 0.3 dB gain as the bar "
-            "for shipping it), and at this default config its ratios would be 0.859 and 1.417. We also tried the "
+            "for shipping it), and at the default config its ratios would be 0.859 and 1.417. We also tried the "
             "official code's other noise option, z0 = the STFT of white "
             "noise (consistent from the start): with the same network, validation LSD plateaued at 10.0 dB after "
             "9 000 steps (Gaussian prior: 9.6 dB), so it was not shipped."

@@ -261,7 +261,8 @@ if lv["mode"] == "rl":
         "x86_64 AVX512_SPR CPU) the dense and flattened heads ended at 1.0, SoftMoE-4 per-conv at 0.36–1.0 and the "
         "scaled single expert at 0.44–0.68: at this toy scale the heads that do not tokenise learn fastest, and the "
         "paper's gains are a matter of scale. Online RL amplifies last-digit float differences, so on a CPU of "
-        "another kind single runs can end elsewhere. One live run is one seed.")
+        "another kind single runs can end elsewhere. One live run is one seed: "
+        f"this one ended at {lv['success'][-1]:.2f}.")
 else:
     charts.show(charts.lines(lv["step"], {"held-out MSE": lv["test_mse"], "greedy success": lv["success"]},
                              title=f"One seed, {cfg.columns} columns, {lv['params']} parameters", xlabel="step",
