@@ -526,14 +526,9 @@ def lambda_from_spectra(eq, et, d: int, fraction: float = LAM_RULE_FRACTION, spa
     return (b / (a + b) if a + b > 0 else 0.0), k
 
 
-def whiten_lowrank(fq, fp, lam: float | None = None, damping: float = 0.01):
-    """(fq, fp) times (R + δI)^{-1/2}, R = λ·fqᵀfq/n_q + (1−λ)·fpᵀfp/n_p, δ = damping·tr(R)/d: what
-    ``inv_sqrt_psd`` gives, computed through the n × n Gram matrix of the n = n_q + n_p rows instead of a d × d
-    matrix (for full gradients d = 25 647). With F = S X the rows X = [fq; fp] scaled by S = (√(λ/n_q), √((1−λ)/n_p)),
-    R = FᵀF, so R + δI has eigenvalues w + δ on the row space of F (basis V = FᵀU/√w from FFᵀ = U w Uᵀ) and δ
-    elsewhere; X V and Vᵀ are both reached through X Xᵀ, which leaves two products with d in them.
-    ``lam`` None applies the paper's crossing rule to the two spectra (the Gram blocks' eigenvalues).
-    Returns (whitened fq, whitened fp, λ, tr R_query / tr R_train)."""
+def _lowrank_whitener(fq, fp, lam: float | None, damping: float):
+    """Shared part of ``whiten_lowrank`` and ``whitened_gram``: the rows X = [fq; fp] (float64), their Gram matrix
+    X Xᵀ and the n × n matrix C with X (R + δI)^{-1/2} = C X (see ``whiten_lowrank``), plus λ and the trace ratio."""
     torch = _torch()
     nq, n_p = len(fq), len(fp)
     X = torch.cat([fq, fp]).double()
@@ -551,9 +546,35 @@ def whiten_lowrank(fq, fp, lam: float | None = None, damping: float = 0.01):
     w, U = w[keep], U[:, keep]
     XV = (XX * sc[None, :]) @ U / w.sqrt()                      # X V, from X Fᵀ = X Xᵀ S
     gain = (w + delta).rsqrt() - delta ** -0.5
-    coef = ((XV * (gain / w.sqrt())) @ U.T) * sc[None, :]      # X V diag(gain) Vᵀ = coef · X
-    out = (coef @ X + X * delta ** -0.5).float()
-    return out[:nq], out[nq:], float(lam), float(eq.sum() / et.sum().clamp_min(1e-300))
+    C = ((XV * (gain / w.sqrt())) @ U.T) * sc[None, :]         # X V diag(gain) Vᵀ = C_0 · X
+    C.diagonal().add_(delta ** -0.5)                           # + X δ^{-1/2}
+    return X, XX, C, float(lam), float(eq.sum() / et.sum().clamp_min(1e-300))
+
+
+def whiten_lowrank(fq, fp, lam: float | None = None, damping: float = 0.01):
+    """(fq, fp) times (R + δI)^{-1/2}, R = λ·fqᵀfq/n_q + (1−λ)·fpᵀfp/n_p, δ = damping·tr(R)/d: what
+    ``inv_sqrt_psd`` gives, computed through the n × n Gram matrix of the n = n_q + n_p rows instead of a d × d
+    matrix (for full gradients d = 25 647). With F = S X the rows X = [fq; fp] scaled by S = (√(λ/n_q), √((1−λ)/n_p)),
+    R = FᵀF, so R + δI has eigenvalues w + δ on the row space of F (basis V = FᵀU/√w from FFᵀ = U w Uᵀ) and δ
+    elsewhere; X V and Vᵀ are both reached through X Xᵀ, which leaves two products with d in them.
+    ``lam`` None applies the paper's crossing rule to the two spectra (the Gram blocks' eigenvalues).
+    Returns (whitened fq, whitened fp, λ, tr R_query / tr R_train)."""
+    X, _, C, lam, ratio = _lowrank_whitener(fq, fp, lam, damping)
+    out = (C @ X).float()
+    nq = len(fq)
+    return out[:nq], out[nq:], lam, ratio
+
+
+def whitened_gram(fq, fp, lam: float | None = None, damping: float = 0.01):
+    """What the scores need of ``whiten_lowrank``'s rows, without forming them: with W = C X the whitened rows,
+    W Wᵀ = C (X Xᵀ) Cᵀ is n × n work, and X Xᵀ is already there, so one of the two products with d in it goes.
+    Returns (whitened fq · whitened fpᵀ, row norms of whitened fq, of whitened fp, λ, trace ratio), float32 like
+    the rows ``whiten_lowrank`` returns."""
+    _, XX, C, lam, ratio = _lowrank_whitener(fq, fp, lam, damping)
+    G = C @ XX @ C.T
+    nq = len(fq)
+    norms = G.diagonal().clamp_min(0).sqrt()
+    return G[:nq, nq:].float(), norms[:nq].float(), norms[nq:].float(), lam, ratio
 
 
 def adamw_step_batch(params_flat, m_flat, v_flat, step: int, G):
@@ -705,7 +726,9 @@ class Config:
 
 
 # largest widget setting (every switch on, leave-some-out at max, no projection, tail-patch k = 10): 24.2 s in the
-# benchmark (fresh process, idle machine, 2026-12-06); 10.5 s at d = 2048 in a quick in-process check
+# benchmark (fresh process, idle machine, 2026-12-06), then 35-36 s in two direct runs on a slower machine
+# (2026-12-07, an AMD EPYC); 22.6-23.2 s there once the scores took the whitened products through the Gram matrix
+# (``whitened_gram``) instead of forming the 25 647-wide whitened rows
 HEAVY_CONFIG = Config(method="custom", proj_dim=0, tp_k=10, tp_queries=240, use_hessian=True,
                       use_adam=False, loo=True, loo_queries=40, loo_steps=300)
 
@@ -787,33 +810,40 @@ def encodings(config: Config, params: dict, v: dict, step: int, world: World = W
     lam_used = {}
 
     def whiten(fq, fp, tag):
+        """Whitened query × passage products and the whitened rows' norms (all the scores use of the rows)."""
         span = len(fq) + len(fp)
         if fq.shape[1] <= span:                  # d up to the number of gradients: d × d matrices, as the paper does
             Rq, Rt = (fq.T @ fq).double() / fq.shape[0], (fp.T @ fp).double() / fp.shape[0]
             lam = paper_lambda(Rq, Rt, span=span)[0] if config.lam_auto else config.lam
             lam_used[tag + "_trace_ratio"] = float(torch.trace(Rq) / torch.trace(Rt).clamp_min(1e-300))
             Rinv, _ = inv_sqrt_psd(lam * Rq + (1 - lam) * Rt)
-            out = (fq.double() @ Rinv).float(), (fp.double() @ Rinv).float()
-        else:                                    # more dims than gradients: the same result via the Gram matrix
-            wq, wp, lam, lam_used[tag + "_trace_ratio"] = whiten_lowrank(fq, fp, None if config.lam_auto else config.lam)
-            out = wq, wp
+            wq, wp = (fq.double() @ Rinv).float(), (fp.double() @ Rinv).float()
+            out = wq @ wp.T, wq.norm(dim=1), wp.norm(dim=1)
+        else:                                    # more dims than gradients: the same products via the Gram matrix
+            *out, lam, lam_used[tag + "_trace_ratio"] = whitened_gram(fq, fp, None if config.lam_auto else config.lam)
         lam_used[tag] = lam
         return out
 
-    wh_q, wh_p = whiten(ad_q, ad_p, "trackstar")
+    def cosines(cross, nq, npass):
+        return cross / nq.clamp_min(1e-30)[:, None] / npass.clamp_min(1e-30)[None, :]
+
+    wh = whiten(ad_q, ad_p, "trackstar")
     report(progress, 0.45, "whitened")
     # the user's own combination of the three switches
-    cq, cp = (ad_q, ad_p) if config.use_adam else (raw_q, raw_p)
     if config.use_hessian:
-        cq, cp = (wh_q, wh_p) if config.use_adam else whiten(raw_q, raw_p, "custom")
-    if config.use_unit:
-        cq, cp = unit(cq), unit(cp)
+        custom = wh if config.use_adam else whiten(raw_q, raw_p, "custom")
+        custom = cosines(*custom) if config.use_unit else custom[0]
+    else:
+        cq, cp = (ad_q, ad_p) if config.use_adam else (raw_q, raw_p)
+        if config.use_unit:
+            cq, cp = unit(cq), unit(cp)
+        custom = cq @ cp.T
     scores = {
         "grad_dot": (raw_q @ raw_p.T).numpy(),
         "grad_cos": (unit(raw_q) @ unit(raw_p).T).numpy(),
         "adam_cos": (unit(ad_q) @ unit(ad_p).T).numpy(),
-        "trackstar": (unit(wh_q) @ unit(wh_p).T).numpy(),
-        "custom": (cq @ cp.T).numpy(),
+        "trackstar": cosines(*wh).numpy(),
+        "custom": custom.numpy(),
     }
     scores["bm25"] = bm25_matrix(world.passages, [q + [int(t)] for q, t in zip(world.queries, world.targets)],
                                  len(world.vocab))

@@ -156,7 +156,9 @@ with right:
             st.info(f"Paper's advantage not reproduced at this scale: {names[best_other]} has a higher mean "
                        "held-out failure likelihood than CalNF over these three seeds.")
     else:
-        st.caption("Tick *Compare all* under Advanced to add β-NF and average every method over three seeds.")
+        st.caption("Tick *Compare all* under Advanced to add β-NF and average every method over three seeds "
+                   f"(fifteen flows: with these failure points and K, at most {eng.most_steps(cfg, True):,} training "
+                   "steps fit the page's time budget; the spec's comparison goes up to 1 000).")
 
 layout.how_it_works(r"""
 **Flow.** Six affine coupling layers alternate which coordinate they change:

@@ -633,12 +633,20 @@ def test_back_and_forward_buttons_restore_the_settings(server, driver):
 
     def step(move, path: str, expected: tuple[str, str], why: str) -> None:
         """Press Back or Forward until the page shows ``expected`` (at most three presses: Streamlit adds a bare
-        entry of its own when it switches pages, and under load its rerun may write the URL as a new entry)."""
+        entry of its own when it switches pages, and under load its rerun may write the URL as a new entry).
+        A press is repeated once the URL has stayed on another page for 4 s (a history step changes the URL at
+        once; only the page's rerun takes time), or after 20 s."""
         for _ in range(3):
             move()
             deadline = time.time() + 20
+            elsewhere, since = None, time.time()
             while time.time() < deadline:
-                if f"/{path}" in driver.current_url and class_shown() == expected:
+                url = driver.current_url
+                if f"/{path}" in url and class_shown() == expected:
+                    break
+                if f"/{path}" in url or url != elsewhere:
+                    elsewhere, since = (None if f"/{path}" in url else url), time.time()
+                elif time.time() - since >= 4:
                     break
                 time.sleep(0.5)
             if f"/{path}" in driver.current_url and class_shown() == expected:

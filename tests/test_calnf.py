@@ -1,6 +1,7 @@
 """CalNF engine: claims at the default config and checks against independent computations."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -329,18 +330,27 @@ def test_nominal_badge_fails_at_the_seeds_the_page_names(seed):
     assert not c.passed and c.measured > 0.15, c.describe()
 
 
-def test_work_estimate_admits_the_spec_setting_and_refuses_the_worst_with_a_working_suggestion():
-    """'Compare all' at the spec's 1 000 steps (default data) fits the work limit; with the largest failure set
-    and K it is refused with a step count that then fits, and the single run at its widest still fits."""
+def test_work_estimate_admits_the_largest_setting_and_refuses_the_worst_with_a_working_suggestion():
+    """'Compare all' at 750 steps (default data) fits the work limit; the spec's 1 000 steps do not (they took
+    27–34 s on the machine the estimate was refitted on) and, like the largest failure set and K, are refused with
+    a step count that then fits; the single run at its widest data is refused the same way."""
     import re
-    assert eng.HEAVY_CONFIG.compare_all and eng.HEAVY_CONFIG.steps == 1000
+    assert eng.HEAVY_CONFIG.compare_all and eng.HEAVY_CONFIG.steps == 750
     assert eng.estimated_seconds(eng.HEAVY_CONFIG) <= eng.WORK_LIMIT_S
-    assert eng.estimated_seconds(eng.Config(steps=1000, n_failure=200, K=10)) <= eng.WORK_LIMIT_S
-    with pytest.raises(ValueError, match="use at most") as err:
-        eng.Config(compare_all=True, steps=1000, n_failure=200, K=10)
-    fits = int(re.search(r"at most (\d+) steps", str(err.value)).group(1))
-    assert 100 <= fits < 1000
-    eng.Config(compare_all=True, steps=fits, n_failure=200, K=10)  # accepted
+    for kw, most in ((dict(compare_all=True, steps=1000), 750), (dict(compare_all=True, steps=1000, n_failure=200, K=10), 999),
+                     (dict(steps=1000, n_failure=200, K=10), 999)):
+        with pytest.raises(ValueError, match="use at most") as err:
+            eng.Config(**kw)
+        fits = int(re.search(r"at most (\d+) steps", str(err.value)).group(1))
+        assert 100 <= fits <= most and fits == eng.most_steps(SimpleNamespace(**{**vars(eng.Config()), **kw}))
+        eng.Config(**{**kw, "steps": fits})  # accepted
+        if fits + 50 <= 1000:
+            with pytest.raises(ValueError):
+                eng.Config(**{**kw, "steps": fits + 50})   # the suggestion is the largest that fits on the grid
+    assert eng.most_steps(eng.Config(), compare_all=True) == 750 and eng.most_steps(eng.Config()) == 1000
+    # the page's caption gives the same cap (it is not in the spec, so the page says so)
+    at = open_page("calnf")
+    assert any("at most 750 training steps" in c.value for c in at.caption), [c.value for c in at.caption]
     # cost grows with every knob the estimate reads
     base = eng.estimated_seconds(eng.Config())
     for kw in (dict(steps=600), dict(n_failure=80), dict(K=9), dict(compare_all=True)):

@@ -245,8 +245,9 @@ def test_work_guard():
 
 
 def test_page_refuses_an_over_budget_setting_and_keeps_the_last_one():
-    """Widgets driven to BCH, 1…7 dB, 20 000 words, 50 BP iterations: a clear message naming what fits, the
-    last working settings restored, the claims still shown, no traceback."""
+    """Widgets driven to BCH, 1…7 dB, 50 BP iterations at 500 words (a run that fits), then 20 000 words: a clear
+    message naming what fits, the last working settings (500 words, not the default) restored, the claims still
+    shown, no traceback."""
     from streamlit.testing.v1 import AppTest
 
     from engine.registry import ROOT
@@ -256,14 +257,17 @@ def test_page_refuses_an_over_budget_setting_and_keeps_the_last_one():
         w = next(w for kind in ("radio", "select_slider", "multiselect") for w in getattr(at, kind)
                  if w.key == f"crossmpt:{name}")
         w.set_value(value)
+    at.slider(key="crossmpt:n_codewords").set_value(500)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+    assert not any("do not fit together" in w.value for w in at.warning)
     at.slider(key="crossmpt:n_codewords").set_value(20000)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("do not fit together" in w.value and "at most" in w.value for w in at.warning), \
         [w.value for w in at.warning]
-    assert at.slider(key="crossmpt:n_codewords").value == 2500
+    assert at.slider(key="crossmpt:n_codewords").value == 500
+    assert at.radio(key="crossmpt:code").value == "bch"
     assert any("Claims" in s.value for s in at.subheader)
 
 

@@ -435,6 +435,29 @@ def test_gram_route_whitening_equals_a_dense_eigh(lam):
         np.testing.assert_allclose(got.numpy(), ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("lam", [None, 0.3])
+def test_whitened_gram_equals_the_products_of_the_whitened_rows(lam):
+    """The scores' shortcut (C·XXᵀ·Cᵀ instead of forming the whitened rows) gives the same query × passage products
+    and row norms as the rows themselves, and as the dense (R + δI)^{-1/2} built in numpy."""
+    g = torch.Generator().manual_seed(1)
+    fq = torch.randn(30, 200, generator=g) * 3 + torch.randn(1, 200, generator=g)
+    fp = torch.randn(50, 200, generator=g)
+    cross, nq, n_p, lam_g, ratio_g = eng.whitened_gram(fq, fp, lam)
+    wq, wp, lam_w, ratio_w = eng.whiten_lowrank(fq, fp, lam)
+    assert (lam_g, ratio_g) == (lam_w, ratio_w)
+    ref = (wq.double() @ wp.double().T).numpy()
+    np.testing.assert_allclose(cross.numpy(), ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    np.testing.assert_allclose(nq.numpy(), wq.norm(dim=1).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(n_p.numpy(), wp.norm(dim=1).numpy(), rtol=1e-5)
+    q, p = fq.double().numpy(), fp.double().numpy()
+    R = lam_w * q.T @ q / 30 + (1 - lam_w) * p.T @ p / 50
+    R += 0.01 * np.trace(R) / 200 * np.eye(200)
+    w, U = np.linalg.eigh(R)
+    Rinv = (U / w) @ U.T                      # (R + δI)^{-1/2} twice: the products need the inverse itself
+    dense = q @ Rinv @ p.T
+    np.testing.assert_allclose(cross.numpy(), dense, rtol=1e-4, atol=1e-5 * np.abs(dense).max())
+
+
 def test_no_projection_scores_the_full_gradients(ckpt):
     """d = none: every parameter is a coordinate, the grad·grad scores are the raw per-example dot products, and
     the paper's λ rule still lands on a component the query spectrum has (λ well below 1)."""
