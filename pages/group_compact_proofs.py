@@ -95,7 +95,9 @@ c1.metric("Brute-force accuracy", f"{m['accuracy']:.2%}", help=f"smallest logit 
 c2.metric("Certified (lower bound)", f"{m['bound']:.2%}")
 c3.metric("Ops: brute force / proof", f"{m['speedup_ops']:.2f}×")
 c4.metric("Measured time (info)", f"{1e3 * m['seconds_proof']:.0f} ms",
-          delta=f"brute force {1e3 * m['seconds_brute']:.0f} ms", delta_color="off")
+          delta=f"brute {1e3 * m['seconds_brute']:.0f} ms", delta_color="off",
+          help="wall-clock time of the proof; below it, of brute force on the same network (a slow or busy machine "
+               "lengthens both)")
 st.caption(f"Weights: {res.source}. Final training loss {m['loss_final']:.3g}; weight noise {m['noise']:g}.")
 
 st.subheader("1 · Irreducible-representation (Fourier) decomposition")
